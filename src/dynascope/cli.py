@@ -1,0 +1,273 @@
+"""The ``dynascope`` command.
+
+Exit codes: 0 success (a study whose claim did not hold still exits 0: a failed claim is a
+scientific result); 1 unexpected error; 2 bad input (one line on stderr, nothing written);
+3 a run diverged (its store is kept).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(
+    name="dynascope",
+    help="Instruments and re-runnable studies for the science of training dynamics.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+study_app = typer.Typer(help="List and run studies (published findings).", no_args_is_help=True)
+config_app = typer.Typer(help="Check run configs.", no_args_is_help=True)
+app.add_typer(study_app, name="study")
+app.add_typer(config_app, name="config")
+
+console = Console()
+err_console = Console(stderr=True)
+
+EXIT_BAD_INPUT = 2
+EXIT_DIVERGED = 3
+
+
+def _fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
+    err_console.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _refuse_existing_run(out: Path) -> None:
+    if (out / "metrics.sqlite").exists():
+        _fail(
+            f"--out: {str(out)!r} already holds a run (continue it with `dynascope resume "
+            f"{out}` or choose another directory)"
+        )
+    if out.exists() and not out.is_dir():
+        _fail(f"--out: {str(out)!r} exists and is not a directory")
+
+
+@app.command()
+def run(
+    config: Annotated[Path, typer.Argument(help="run config (YAML)")],
+    out: Annotated[Path, typer.Option("--out", help="run directory to create")],
+    set_: Annotated[list[str] | None, typer.Option("--set", help="override: a.b=value")] = None,
+    progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+) -> None:
+    """Train one run from a YAML config into a new run directory."""
+    from dynascope.config import ConfigError, load_config
+    from dynascope.train import Trainer
+
+    try:
+        cfg = load_config(config, set_ or [])
+        _refuse_existing_run(out)
+        trainer = Trainer(cfg, out, progress=progress and sys.stderr.isatty())
+    except ConfigError as err:
+        _fail(str(err))
+    result = trainer.run()
+    _report_result(result)
+
+
+@app.command()
+def resume(
+    run_dir: Annotated[Path, typer.Argument(help="run directory to continue")],
+    progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+) -> None:
+    """Continue a run from its last checkpoint (rows logged after it are dropped)."""
+    from dynascope.config import ConfigError, load_config
+    from dynascope.train import Trainer
+
+    if not (run_dir / "config.yaml").is_file():
+        _fail(f"RUN_DIR: {str(run_dir)!r} is not a run directory (no config.yaml)")
+    try:
+        cfg = load_config(run_dir / "config.yaml")
+        trainer = Trainer(cfg, run_dir, progress=progress and sys.stderr.isatty())
+    except ConfigError as err:
+        _fail(str(err))
+    _report_result(trainer.run(resume=True))
+
+
+def _report_result(result) -> None:
+    if result.status == "diverged":
+        err_console.print(
+            f"run diverged at step {result.step}; store kept in {result.run_dir}", markup=False
+        )
+        raise typer.Exit(EXIT_DIVERGED)
+    summary = ", ".join(f"{k} {v:.4g}" for k, v in result.final.items())
+    console.print(
+        f"finished {result.step} steps in {result.run_dir}: {summary}",
+        markup=False,
+        highlight=False,
+    )
+
+
+@app.command()
+def show(run_dir: Annotated[Path, typer.Argument(help="run directory")]) -> None:
+    """Summary table of a run: status and the last value of every scalar."""
+    from dynascope.store import load_run
+
+    try:
+        r = load_run(run_dir)
+    except FileNotFoundError as err:
+        _fail(f"RUN_DIR: {err}")
+    table = Table(title=f"{r.name}: {r.status}")
+    table.add_column("key")
+    table.add_column("step", justify="right")
+    table.add_column("value", justify="right")
+    if not r.scalars.empty:
+        last = r.scalars.groupby("key").tail(1).sort_values("key")
+        for key, step, value in zip(last["key"], last["step"], last["value"]):
+            if key.startswith("L") and ".H" in key:  # per-head rows: see `dynascope report`
+                continue
+            table.add_row(key, str(step), f"{value:.6g}")
+    console.print(table)
+
+
+@app.command()
+def report(directory: Annotated[Path, typer.Argument(help="run or study directory")]) -> None:
+    """Draw figures and write report.html for a run directory, or re-analyze a study directory."""
+    from dynascope.report.run import report_run
+
+    if (directory / "verdict.json").is_file():
+        _report_study(directory)
+        return
+    if not (directory / "metrics.sqlite").is_file():
+        _fail(f"DIR: {str(directory)!r} is neither a run directory nor a study directory")
+    path = report_run(directory)
+    console.print(f"wrote {path}", markup=False, highlight=False)
+
+
+def _report_study(directory: Path) -> None:
+    from dynascope import studies
+    from dynascope.report.html import write_study_report
+    from dynascope.store import load_run
+    from dynascope.studies.base import StudyOutcome
+
+    info = json.loads((directory / "verdict.json").read_text())
+    study = studies.get(info["study"])
+    runs = {p.name: load_run(p) for p in sorted((directory / "runs").iterdir()) if p.is_dir()}
+    analysis = study.analyze(runs, directory / "figures")
+    outcome = StudyOutcome(
+        study.name,
+        info["preset"],
+        analysis.verdicts,
+        info["runs"],
+        info["seconds"],
+        directory,
+        analysis.tables,
+    )
+    (directory / "verdict.json").write_text(json.dumps(outcome.to_json(), indent=2))
+    write_study_report(study, outcome, analysis.figures, directory / "report.html")
+    _print_verdicts(outcome)
+
+
+@study_app.command("list")
+def study_list() -> None:
+    """List the registered studies."""
+    from dynascope import studies
+
+    table = Table()
+    table.add_column("study")
+    table.add_column("presets")
+    table.add_column("claim")
+    for name in studies.names():
+        s = studies.get(name)
+        table.add_row(name, ", ".join(s.presets), s.claim)
+    console.print(table)
+
+
+@study_app.command("run")
+def study_run(
+    name: Annotated[str, typer.Argument(help="study name (see `dynascope study list`)")],
+    preset: Annotated[str, typer.Option(help="smoke | fast | paper")] = "fast",
+    out: Annotated[
+        Path | None, typer.Option(help="study directory [default: runs/NAME-PRESET]")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="added to every run's seed", min=0)] = 0,
+    progress: Annotated[bool, typer.Option(help="show progress bars")] = True,
+) -> None:
+    """Run a study: its runs, the analysis, verdict.json, figures and report.html.
+
+    Re-running into the same directory replaces its runs.
+    """
+    from dynascope import studies
+
+    try:
+        study = studies.get(name)
+        study.preset(preset)
+    except ValueError as err:
+        _fail(str(err))
+    out = out or Path("runs") / f"{name}-{preset}"
+    if out.exists() and not out.is_dir():
+        _fail(f"--out: {str(out)!r} exists and is not a directory")
+    console.print(f"[bold]{name}[/] ({preset}) -> {out}")
+
+    def on_run(run_name: str, status: str, seconds: float) -> None:
+        console.print(
+            f"  run {run_name}: {status} in {seconds:.1f} s", markup=False, highlight=False
+        )
+
+    outcome = study.run(
+        preset=preset, out=out, seed=seed, progress=progress and sys.stderr.isatty(), on_run=on_run
+    )
+    _print_verdicts(outcome)
+    console.print(
+        f"wrote {out / 'verdict.json'}, {out / 'report.html'}, {out / 'figures'}/",
+        markup=False,
+        highlight=False,
+    )
+
+
+def _print_verdicts(outcome) -> None:
+    table = Table(
+        title=f"{outcome.study} ({outcome.preset}): "
+        f"{'claim held' if outcome.passed else 'claim did not hold'} "
+        f"in {outcome.seconds:.0f} s"
+    )
+    for column in ("claim", "measured", "threshold", "passed"):
+        table.add_column(column)
+    for v in outcome.claims:
+        measured = "nan" if math.isnan(v.measured) else f"{v.measured:.4g}"
+        table.add_row(
+            v.claim.split(":")[0],
+            measured,
+            f"{v.threshold:g}",
+            "[green]yes[/]" if v.passed else "[red]no[/]",
+        )
+    console.print(table)
+
+
+@config_app.command("validate")
+def config_validate(
+    file: Annotated[Path, typer.Argument(help="run config (YAML)")],
+    set_: Annotated[list[str] | None, typer.Option("--set", help="override: a.b=value")] = None,
+) -> None:
+    """Validate a run config (with overrides); print it resolved, with defaults filled in."""
+    import yaml
+
+    from dynascope.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(file, set_ or [])
+    except ConfigError as err:
+        _fail(str(err))
+    console.print(
+        yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False),
+        markup=False,
+        highlight=False,
+        end="",
+    )
+    console.print("config is valid", style="green")
+
+
+def main() -> None:
+    """Entry point of the ``dynascope`` script."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

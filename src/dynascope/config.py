@@ -1,0 +1,370 @@
+"""Configs for runs (pydantic v2, ``extra="forbid"``, frozen) and the registry of names -> classes.
+
+A run config in YAML::
+
+    name: recall-wd0.1
+    seed: 0
+    model: {name: transformer, n_layers: 2, d_model: 32, n_heads: 2, d_mlp: 0, use_ln: false}
+    task: {name: associative_recall, n_keys: 16, n_values: 16, n_pairs: 8}
+    optimizer: {name: adamw, lr: 0.003, weight_decay: {attention: 0.1, matrices: 0.01}}
+    train: {steps: 3000, batch_size: 128, eval_every: 500}
+    monitor: {probes: [qk_spectrum, ov_spectrum], schedule: log, points: 30}
+
+Every input is validated before anything is written. Errors are :class:`ConfigError` with one
+line naming the field, the value and what is allowed (:func:`format_validation_error`). Dotted
+overrides (``--set model.n_heads=4``) are applied to the raw mapping and go through the same
+validation. YAML is only ever read with ``yaml.safe_load``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from torch import nn
+
+from dynascope.probes import PROBES
+from dynascope.tasks import AssociativeRecall, CharLM, InContextLinearRegression, Task
+
+__all__ = [
+    "AssociativeRecallConfig",
+    "CharLMConfig",
+    "ConfigError",
+    "LinearRegressionConfig",
+    "MonitorConfig",
+    "OptimizerConfig",
+    "RunConfig",
+    "TrainConfig",
+    "TransformerConfig",
+    "WeightDecayConfig",
+    "apply_overrides",
+    "build_model",
+    "build_task",
+    "format_validation_error",
+    "load_config",
+    "validate_config",
+]
+
+
+class ConfigError(ValueError):
+    """Invalid configuration or CLI input; the message is one line (CLI exit code 2)."""
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# -- models ---------------------------------------------------------------------------------
+class TransformerConfig(_Config):
+    """:class:`dynascope.nn.Transformer`; d_vocab / d_in, n_ctx and d_out come from the task."""
+
+    name: Literal["transformer"] = "transformer"
+    n_layers: int = Field(2, ge=1, description="number of blocks")
+    d_model: int = Field(32, ge=1, description="residual stream width")
+    n_heads: int = Field(2, ge=1, description="attention heads per layer")
+    d_head: int | None = Field(None, ge=1, description="head width; default d_model // n_heads")
+    d_mlp: int = Field(0, ge=0, description="MLP hidden width; 0 = attention-only")
+    positional: Literal["learned", "none"] = "learned"
+    attention: Literal["softmax", "linear"] = "softmax"
+    is_causal: bool = True
+    use_bias: bool = False
+    use_ln: bool = True
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> TransformerConfig:
+        if self.d_head is None and self.d_model % self.n_heads != 0:
+            raise ValueError(
+                f"n_heads must divide d_model (got d_model={self.d_model}, n_heads={self.n_heads})"
+            )
+        return self
+
+
+ModelConfig = TransformerConfig
+
+
+# -- tasks ----------------------------------------------------------------------------------
+class AssociativeRecallConfig(_Config):
+    """:class:`dynascope.tasks.AssociativeRecall`."""
+
+    name: Literal["associative_recall"] = "associative_recall"
+    n_keys: int = Field(16, ge=1)
+    n_values: int = Field(16, ge=1)
+    n_pairs: int = Field(8, ge=1)
+
+    @model_validator(mode="after")
+    def _pairs_fit(self) -> AssociativeRecallConfig:
+        if self.n_pairs > self.n_keys:
+            raise ValueError(
+                f"n_pairs must be <= n_keys (got n_pairs={self.n_pairs}, n_keys={self.n_keys})"
+            )
+        return self
+
+
+class LinearRegressionConfig(_Config):
+    """:class:`dynascope.tasks.InContextLinearRegression`."""
+
+    name: Literal["linear_regression"] = "linear_regression"
+    d_x: int = Field(4, ge=1)
+    n_points: int = Field(16, ge=1)
+    noise_std: float = Field(0.0, ge=0)
+    w_std: float = Field(1.0, gt=0)
+
+
+class CharLMConfig(_Config):
+    """:class:`dynascope.tasks.CharLM` (bytes); default corpus: the Python stdlib's sources."""
+
+    name: Literal["char_lm"] = "char_lm"
+    path: str | None = Field(None, description="text file or folder; None = Python stdlib")
+    text: str | None = Field(None, description="inline text instead of a path")
+    n_ctx: int = Field(64, ge=1)
+    val_fraction: float = Field(0.1, gt=0, lt=1)
+    max_bytes: int | None = Field(None, ge=1)
+
+    @field_validator("path")
+    @classmethod
+    def _path_exists(cls, path: str | None) -> str | None:
+        if path is not None and not Path(path).exists():
+            raise ValueError(f"no such file or directory: {path!r}")
+        return path
+
+
+TaskConfig = Annotated[
+    Union[AssociativeRecallConfig, LinearRegressionConfig, CharLMConfig],  # noqa: UP007
+    Field(discriminator="name"),
+]
+
+
+# -- optimizer, training, monitoring -----------------------------------------------------------
+class WeightDecayConfig(_Config):
+    """λ per parameter role (see :mod:`dynascope.optim.groups`)."""
+
+    attention: float = Field(0.0, ge=0, description="W_Q, W_K, W_V, W_O")
+    matrices: float = Field(0.0, ge=0, description="other matrices (MLP, embeddings)")
+    vectors: float = Field(0.0, ge=0, description="biases and norm gains")
+
+
+class OptimizerConfig(_Config):
+    name: Literal["adamw", "adam", "sgd"] = "adamw"
+    lr: float = Field(1e-3, gt=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = Field(1e-8, gt=0)
+    momentum: float = Field(0.0, ge=0, lt=1)
+    weight_decay: WeightDecayConfig = WeightDecayConfig()
+    mode: Literal["decoupled", "l2"] = "decoupled"
+    grad_clip: float | None = Field(None, gt=0, description="max global grad norm")
+    warmup_steps: int = Field(0, ge=0)
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+
+    @field_validator("betas")
+    @classmethod
+    def _betas_in_range(cls, betas: tuple[float, float]) -> tuple[float, float]:
+        if not all(0 <= b < 1 for b in betas):
+            raise ValueError(f"betas must lie in [0, 1) (got {list(betas)})")
+        return betas
+
+
+class TrainConfig(_Config):
+    steps: int = Field(1000, ge=1)
+    batch_size: int = Field(64, ge=1)
+    log_every: int = Field(10, ge=1, description="steps between train-loss rows")
+    eval_every: int = Field(250, ge=1)
+    eval_batches: int = Field(4, ge=1)
+    checkpoint_every: int = Field(1000, ge=1)
+    keep_checkpoints: int = Field(2, ge=1)
+
+
+class MonitorConfig(_Config):
+    probes: list[str] = Field(default_factory=lambda: ["qk_spectrum", "ov_spectrum"])
+    schedule: Literal["every", "log"] = "log"
+    every: int = Field(100, ge=1, description="steps between probes (schedule=every)")
+    points: int = Field(30, ge=1, description="log-spaced probe steps (schedule=log)")
+
+    @field_validator("probes")
+    @classmethod
+    def _known_probes(cls, probes: list[str]) -> list[str]:
+        for name in probes:
+            if name not in PROBES:
+                raise ValueError(f"unknown probe {name!r} (allowed: {', '.join(sorted(PROBES))})")
+        return probes
+
+
+class RunConfig(_Config):
+    """One training run: model, task, optimizer, training loop and monitoring."""
+
+    name: str = Field("run", min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.=+-]+$")
+    seed: int = Field(0, ge=0)
+    device: Literal["cpu", "cuda"] = "cpu"
+    dtype: Literal["float32", "float64"] = "float32"
+    model: ModelConfig = TransformerConfig()
+    task: TaskConfig = AssociativeRecallConfig()
+    optimizer: OptimizerConfig = OptimizerConfig()
+    train: TrainConfig = TrainConfig()
+    monitor: MonitorConfig = MonitorConfig()
+
+    @field_validator("name")
+    @classmethod
+    def _no_dots_only(cls, name: str) -> str:
+        if name in (".", "..") or name.startswith("."):
+            raise ValueError(f"name must not start with '.' (got {name!r})")
+        return name
+
+
+# -- errors, YAML and overrides ---------------------------------------------------------------
+_UNION_TAGS = {"transformer", "associative_recall", "linear_regression", "char_lm"}
+
+
+def format_validation_error(err: ValidationError) -> str:
+    """One line for a pydantic error: ``field.path: message (got VALUE)``; counts the rest."""
+    errors = err.errors(include_url=False)
+    first = errors[0]
+    loc = ".".join(str(p) for p in first["loc"] if str(p) not in _UNION_TAGS) or "config"
+    msg = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        msg = "unknown field"
+        allowed = _allowed_fields(err.title, first["loc"])
+        if allowed:
+            msg += f" (allowed: {', '.join(allowed)})"
+    elif first["type"] not in ("value_error", "missing") and "input" in first:
+        value = first["input"]
+        if not isinstance(value, dict | list):
+            msg += f" (got {value!r})"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{loc}: {msg}{more}"
+
+
+def _allowed_fields(title: str, loc: tuple) -> list[str]:
+    """Field names of the model that owns the unknown key at ``loc``."""
+    model: Any = {"RunConfig": RunConfig}.get(title)
+    if model is None:
+        return []
+    for part in loc[:-1]:
+        if str(part) in _UNION_TAGS:
+            model = _TAG_TO_CONFIG.get(str(part), model)
+            continue
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return []
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+    return list(model.model_fields)
+
+
+_TAG_TO_CONFIG: dict[str, type[BaseModel]] = {
+    "transformer": TransformerConfig,
+    "associative_recall": AssociativeRecallConfig,
+    "linear_regression": LinearRegressionConfig,
+    "char_lm": CharLMConfig,
+}
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``a.b.c=VALUE`` overrides to a nested mapping (VALUE parsed by ``yaml.safe_load``).
+
+    Returns a new mapping; ``data`` is not modified.
+
+    Raises:
+        ConfigError: for an override without ``=``, an empty key, or a path through a
+            non-mapping value.
+    """
+    import copy
+
+    result = copy.deepcopy(data)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects KEY=VALUE with a dotted KEY (got {item!r})")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else raw
+        except yaml.YAMLError:
+            value = raw
+        node = result
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {key}: {part} is not a mapping (got {child!r})")
+            node = child
+        node[parts[-1]] = value
+    return result
+
+
+def validate_config(data: Any, overrides: list[str] | None = None) -> RunConfig:
+    """Validate a raw mapping (after overrides) into a :class:`RunConfig`.
+
+    Raises:
+        ConfigError: with one line naming the field, the value and what is allowed.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"config: expected a mapping at the top level (got {type(data).__name__})"
+        )
+    data = apply_overrides(data, overrides or [])
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err)) from None
+
+
+def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None) -> RunConfig:
+    """Read a YAML config (``yaml.safe_load``), apply overrides, validate.
+
+    Raises:
+        ConfigError: missing or unreadable file, YAML syntax error, or invalid config.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file: no such file: {str(path)!r}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"config file {str(path)!r}: invalid YAML{where}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {str(path)!r}: not UTF-8 text") from None
+    return validate_config(data if data is not None else {}, overrides)
+
+
+# -- registry ---------------------------------------------------------------------------------
+def build_task(config: Any) -> Task:
+    """Instantiate the task a task config names.
+
+    Raises:
+        ConfigError: if the task rejects its arguments (e.g. a corpus with no text).
+    """
+    kwargs = config.model_dump(exclude={"name"})
+    cls = {
+        "associative_recall": AssociativeRecall,
+        "linear_regression": InContextLinearRegression,
+        "char_lm": CharLM,
+    }[config.name]
+    try:
+        return cls(**kwargs)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
+def build_model(config: ModelConfig, task: Task) -> nn.Module:
+    """Instantiate the model a model config names, sized for ``task``."""
+    from dynascope.nn import Transformer
+
+    return Transformer(
+        n_layers=config.n_layers,
+        d_model=config.d_model,
+        n_heads=config.n_heads,
+        d_head=config.d_head,
+        d_mlp=config.d_mlp or None,
+        d_vocab=task.d_vocab if task.input_kind == "tokens" else None,
+        d_in=task.d_in if task.input_kind == "vectors" else None,
+        d_out=task.d_out,
+        n_ctx=task.n_ctx,
+        positional=config.positional,
+        attention=config.attention,
+        is_causal=config.is_causal,
+        use_bias=config.use_bias,
+        use_ln=config.use_ln,
+    )

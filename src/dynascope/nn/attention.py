@@ -1,0 +1,225 @@
+"""Multi-head attention with per-head weights (softmax or linear).
+
+Glossary (dimensions and symbols, TransformerLens names):
+    batch:      number of sequences.
+    pos:        sequence length; ``query_pos`` and ``key_pos`` index it on the two sides of a
+                pattern (self-attention, so both run over the same ``pos`` positions).
+    d_model:    width of the residual stream.
+    n_heads:    number of attention heads.
+    d_head:     width of one head's queries, keys and values (default ``d_model // n_heads``).
+    W_Q, W_K, W_V: ``[n_heads, d_model, d_head]``; per head ``q = x @ W_Q[h] + b_Q[h]``.
+    W_O:        ``[n_heads, d_head, d_model]``; head h writes ``z_h @ W_O[h]`` to the stream.
+    b_Q, b_K, b_V: ``[n_heads, d_head]``; b_O: ``[d_model]`` (or ``None`` without biases).
+    scale:      score multiplier, default ``1 / sqrt(d_head)``.
+    attn_scores: ``scale * q_h k_h^T``, ``[batch, n_heads, query_pos, key_pos]``, before masking.
+    pattern:    ``[batch, n_heads, query_pos, key_pos]``; softmax over ``key_pos`` of the masked
+                scores (softmax kind) or the masked scores themselves (linear kind).
+    W_QK = W_Q[h] @ W_K[h]^T, W_OV = W_V[h] @ W_O[h]: ``[d_model, d_model]``, rank <= d_head.
+
+Everything right-multiplies (``x @ W``). Papers usually left-multiply and write the transposes
+(``W_K^T W_Q``, ``W_O W_V``); those have the same singular values.
+
+Output: ``sum_h pattern_h @ (x @ W_V[h] + b_V[h]) @ W_O[h] + b_O``.
+
+Masks: with ``is_causal`` query ``i`` sees keys ``j <= i``; ``key_padding_mask[b, j]`` False
+hides key ``j`` from every query of sequence ``b``. A query that sees no key at all gets an
+all-zero pattern row (softmax kind, matching PyTorch's fused kernel), so its output is ``b_O``.
+
+References:
+    Vaswani et al. (2017), "Attention Is All You Need", arXiv 1706.03762, eq. (1) and sec. 3.2.2.
+    Elhage et al. (2021), "A Mathematical Framework for Transformer Circuits",
+        transformer-circuits.pub (per-head layout, W_QK and W_OV circuits).
+    von Oswald et al. (2023), "Transformers learn in-context by gradient descent",
+        arXiv 2212.07677 (linear self-attention).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .capture import CapturePoint
+
+__all__ = ["MultiHeadAttention"]
+
+AttentionKind = Literal["softmax", "linear"]
+_KINDS = ("softmax", "linear")
+
+
+class MultiHeadAttention(nn.Module):
+    """Self-attention with per-head ``W_Q, W_K, W_V, W_O`` and capture points for its pattern.
+
+    Softmax kind: ``pattern_h = softmax(scale * q_h k_h^T + mask)`` with ``-inf`` at hidden keys.
+    Linear kind: ``pattern_h = scale * q_h k_h^T`` with hidden entries set to 0 (no softmax).
+
+    When neither ``hook_attn_scores`` nor ``hook_pattern`` has a listener, the softmax kind runs
+    ``F.scaled_dot_product_attention`` (fused, the pattern is never materialised); otherwise it
+    computes scores and pattern explicitly. Both paths compute the same function.
+
+    Initialisation: ``W_Q, W_K, W_V ~ N(0, 1/d_model)`` (unit-variance inputs give unit-variance
+    q, k, v), ``W_O ~ N(0, 1/(n_heads * d_head))`` (fan-in of the concatenated heads), biases 0.
+
+    Args:
+        d_model: residual width.
+        n_heads: number of heads.
+        d_head: per-head width; ``None`` means ``d_model // n_heads``.
+        kind: ``"softmax"`` or ``"linear"``.
+        is_causal: if True, query ``i`` attends only to keys ``j <= i``.
+        use_bias: if True, learn ``b_Q, b_K, b_V, b_O``; otherwise they are ``None``.
+        scale: score multiplier; ``None`` means ``1 / sqrt(d_head)``.
+    Raises:
+        ValueError: if ``d_model``, ``n_heads`` or ``d_head`` is not positive; if ``d_head`` is
+            ``None`` and ``n_heads`` does not divide ``d_model``; if ``kind`` is not one of
+            ``"softmax"``, ``"linear"``.
+    References:
+        Vaswani et al. (2017), arXiv 1706.03762; Elhage et al. (2021), "A Mathematical Framework
+        for Transformer Circuits"; von Oswald et al. (2023), arXiv 2212.07677.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_head: int | None = None,
+        *,
+        kind: AttentionKind = "softmax",
+        is_causal: bool = False,
+        use_bias: bool = False,
+        scale: float | None = None,
+    ) -> None:
+        super().__init__()
+        if d_model <= 0:
+            raise ValueError(f"d_model must be positive (got d_model={d_model})")
+        if n_heads <= 0:
+            raise ValueError(f"n_heads must be positive (got n_heads={n_heads})")
+        if d_head is None:
+            if d_model % n_heads != 0:
+                raise ValueError(
+                    f"n_heads must divide d_model (got d_model={d_model}, n_heads={n_heads})"
+                )
+            d_head = d_model // n_heads
+        if d_head <= 0:
+            raise ValueError(f"d_head must be positive (got d_head={d_head})")
+        if kind not in _KINDS:
+            raise ValueError(f"kind must be one of {_KINDS} (got kind={kind!r})")
+        self.d_model = d_model
+        self.n_heads = n_heads
+        self.d_head = d_head
+        self.kind = kind
+        self.is_causal = is_causal
+        self.use_bias = use_bias
+        self.scale = 1.0 / math.sqrt(d_head) if scale is None else float(scale)
+
+        self.W_Q = nn.Parameter(torch.empty(n_heads, d_model, d_head))
+        self.W_K = nn.Parameter(torch.empty(n_heads, d_model, d_head))
+        self.W_V = nn.Parameter(torch.empty(n_heads, d_model, d_head))
+        self.W_O = nn.Parameter(torch.empty(n_heads, d_head, d_model))
+        self.b_Q: nn.Parameter | None
+        self.b_K: nn.Parameter | None
+        self.b_V: nn.Parameter | None
+        self.b_O: nn.Parameter | None
+        if use_bias:
+            self.b_Q = nn.Parameter(torch.zeros(n_heads, d_head))
+            self.b_K = nn.Parameter(torch.zeros(n_heads, d_head))
+            self.b_V = nn.Parameter(torch.zeros(n_heads, d_head))
+            self.b_O = nn.Parameter(torch.zeros(d_model))
+        else:
+            for name in ("b_Q", "b_K", "b_V", "b_O"):
+                self.register_parameter(name, None)
+
+        self.hook_attn_scores = CapturePoint()  # [batch, n_heads, query_pos, key_pos]
+        self.hook_pattern = CapturePoint()  # [batch, n_heads, query_pos, key_pos]
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Draw ``W_Q, W_K, W_V ~ N(0, 1/d_model)``, ``W_O ~ N(0, 1/(n_heads d_head))``, b = 0."""
+        std_in = 1.0 / math.sqrt(self.d_model)
+        for W in (self.W_Q, self.W_K, self.W_V):
+            nn.init.normal_(W, std=std_in)
+        nn.init.normal_(self.W_O, std=1.0 / math.sqrt(self.n_heads * self.d_head))
+        for b in (self.b_Q, self.b_K, self.b_V, self.b_O):
+            if b is not None:
+                nn.init.zeros_(b)
+
+    def extra_repr(self) -> str:
+        return (
+            f"d_model={self.d_model}, n_heads={self.n_heads}, d_head={self.d_head}, "
+            f"kind={self.kind!r}, is_causal={self.is_causal}, use_bias={self.use_bias}, "
+            f"scale={self.scale:.4g}"
+        )
+
+    def _project(self, x: Tensor, W: Tensor, b: Tensor | None) -> Tensor:
+        # x [batch, pos, d_model], W [n_heads, d_model, d_head] -> [batch, n_heads, pos, d_head]
+        out = torch.einsum("bpm,hmd->bhpd", x, W)
+        if b is not None:
+            out = out + b[:, None, :]
+        return out
+
+    def _mask(self, x: Tensor, key_padding_mask: Tensor | None) -> Tensor | None:
+        """Bool ``[batch or 1, 1, query_pos, key_pos]``, True where a query may see a key."""
+        pos = x.shape[1]
+        mask = None
+        if self.is_causal:
+            mask = torch.ones(pos, pos, dtype=torch.bool, device=x.device).tril()[None, None]
+        if key_padding_mask is not None:
+            keep = key_padding_mask[:, None, None, :]  # [batch, 1, 1, key_pos]
+            mask = keep if mask is None else mask & keep
+        return mask
+
+    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        """Attend over the positions of ``x``.
+
+        Args:
+            x: ``[batch, pos, d_model]``.
+            key_padding_mask: optional bool ``[batch, key_pos]``, True = keep (a real token),
+                False = padding (hidden from every query). Note: the opposite of
+                ``torch.nn.MultiheadAttention``'s convention.
+        Returns:
+            ``[batch, pos, d_model]``.
+        Raises:
+            ValueError: if ``x`` is not ``[batch, pos, d_model]``; if ``key_padding_mask`` is not
+                a bool tensor of shape ``[batch, pos]``.
+        """
+        if x.ndim != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(
+                f"x must have shape [batch, pos, d_model={self.d_model}] (got {tuple(x.shape)})"
+            )
+        if key_padding_mask is not None and (
+            key_padding_mask.dtype != torch.bool or key_padding_mask.shape != x.shape[:2]
+        ):
+            raise ValueError(
+                "key_padding_mask must be a bool tensor of shape [batch, key_pos] = "
+                f"{tuple(x.shape[:2])} (got {key_padding_mask.dtype}, "
+                f"{tuple(key_padding_mask.shape)})"
+            )
+        q = self._project(x, self.W_Q, self.b_Q)  # [batch, n_heads, pos, d_head]
+        k = self._project(x, self.W_K, self.b_K)
+        v = self._project(x, self.W_V, self.b_V)
+        mask = self._mask(x, key_padding_mask)
+
+        listened = self.hook_attn_scores.has_listener or self.hook_pattern.has_listener
+        if self.kind == "softmax" and not listened:
+            z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
+        else:
+            scores = self.hook_attn_scores(self.scale * q @ k.transpose(-1, -2))
+            if self.kind == "softmax":
+                if mask is None:
+                    pattern = scores.softmax(dim=-1)
+                else:
+                    # A query with no visible key would give a NaN row; it gets zeros (as SDPA),
+                    # with finite scores under the softmax so no NaN reaches the gradients.
+                    visible = mask.any(dim=-1, keepdim=True)
+                    filled = scores.masked_fill(~mask, float("-inf")).masked_fill(~visible, 0.0)
+                    pattern = filled.softmax(dim=-1).masked_fill(~visible, 0.0)
+            else:
+                pattern = scores if mask is None else scores.masked_fill(~mask, 0.0)
+            pattern = self.hook_pattern(pattern)  # [batch, n_heads, query_pos, key_pos]
+            z = pattern @ v  # [batch, n_heads, query_pos, d_head]
+        out = torch.einsum("bhpd,hdm->bpm", z, self.W_O)
+        if self.b_O is not None:
+            out = out + self.b_O
+        return out

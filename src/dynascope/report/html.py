@@ -1,0 +1,122 @@
+"""Self-contained HTML reports: verdicts, runs and figures (PNG embedded as base64) in one file."""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["render_page", "write_study_report", "write_run_report"]
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;
+padding:0 1em;color:#222}
+h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em}
+table{border-collapse:collapse;margin:.5em 0;font-size:.9em}
+td,th{border:1px solid #ddd;padding:.3em .6em;text-align:left;vertical-align:top}
+th{background:#f5f5f5}.pass{color:#1a7f37;font-weight:600}.fail{color:#cf222e;font-weight:600}
+figure{display:inline-block;margin:.5em;text-align:center}figure img{max-width:520px}
+figcaption{font-size:.8em;color:#555}.muted{color:#666;font-size:.9em}
+"""
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        return f"{value:.4g}"
+    return html.escape(str(value))
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "<p class=muted>(none)</p>"
+    columns = list(rows[0])
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = []
+    for row in rows:
+        cells = []
+        for c in columns:
+            v = row.get(c, "")
+            if c == "passed":
+                cls = "pass" if v else "fail"
+                cells.append(f"<td class={cls}>{'yes' if v else 'no'}</td>")
+            else:
+                cells.append(f"<td>{_fmt(v)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def _figures(paths: Iterable[Path]) -> str:
+    parts = []
+    for path in paths:
+        data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
+        name = html.escape(Path(path).stem)
+        parts.append(
+            f"<figure><img alt='{name}' src='data:image/png;base64,{data}'>"
+            f"<figcaption>{name}</figcaption></figure>"
+        )
+    return "".join(parts)
+
+
+def render_page(title: str, sections: list[tuple[str, str]]) -> str:
+    """A complete HTML page: ``sections`` are ``(heading, inner_html)`` pairs."""
+    body = "".join(f"<h2>{html.escape(h)}</h2>{inner}" for h, inner in sections)
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>"
+        f"<body><h1>{html.escape(title)}</h1>{body}</body></html>"
+    )
+
+
+def _write(path: Path, text: str) -> Path:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def write_study_report(study: Any, outcome: Any, figures: list[Path], path: Path) -> Path:
+    """Write a study's ``report.html``: claim, source, verdicts, runs, tables, figures."""
+    verdict = (
+        "<span class=pass>held</span>" if outcome.passed else "<span class=fail>did not hold</span>"
+    )
+    claims = [
+        {
+            "claim": v.claim,
+            "metric": v.metric,
+            "measured": v.measured,
+            "threshold": v.threshold,
+            "passed": v.passed,
+            "detail": v.detail,
+        }
+        for v in outcome.claims
+    ]
+    sections = [
+        (
+            "Claim",
+            f"<p>{html.escape(study.claim)}</p><p class=muted>Source: {html.escape(study.source)}"
+            f"</p><p>Preset <b>{html.escape(outcome.preset)}</b>, {outcome.seconds:.1f} s. "
+            f"Overall: {verdict}.</p>",
+        ),
+        ("Verdicts", _table(claims)),
+        ("Figures", _figures(figures)),
+    ]
+    for name, rows in outcome.tables.items():
+        sections.append((name, _table(rows)))
+    sections.append(("Runs", _table(outcome.runs)))
+    return _write(path, render_page(f"dynascope study: {study.name}", sections))
+
+
+def write_run_report(run: Any, figures: list[Path], path: Path, summary: list[dict]) -> Path:
+    """Write a run's ``report.html``: status, last values of every scalar, figures."""
+    sections = [
+        ("Status", f"<p>{html.escape(str(run.status))} — {html.escape(str(run.path))}</p>"),
+        ("Last values", _table(summary)),
+        ("Figures", _figures(figures)),
+    ]
+    return _write(path, render_page(f"dynascope run: {run.name}", sections))

@@ -1,0 +1,187 @@
+"""Study: a published finding as a set of runs plus an analysis that returns verdicts.
+
+A study is ``Study(name, claim, source, presets, build_runs, analyze)``:
+
+- ``presets``: ``{"smoke": fn, "fast": fn, "paper": fn}``, each returning a frozen pydantic
+  preset (the study's own config class);
+- ``build_runs(preset, seed) -> list[RunSpec]``: the independent runs; each spec names a
+  module-level ``runner(config, run_dir)`` (picklable, so any executor can ship it);
+- ``analyze(runs, figures_dir) -> Analysis``: reads **only** the run stores (``load_run``)
+  and returns verdicts computed from them, plus the figures it drew.
+
+``Study.run(preset, out)`` executes the runs (one run directory each under ``out/runs/``),
+analyzes them and writes ``out/verdict.json``, ``out/figures/*.png`` and ``out/report.html``.
+A claim that does not hold is a result, not an error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from dynascope.store import Run, load_run
+
+__all__ = ["Analysis", "RunSpec", "Study", "StudyOutcome", "Verdict"]
+
+PRESETS = ("smoke", "fast", "paper")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One claim checked against measured runs.
+
+    Attributes:
+        claim: the claim in words.
+        metric: what was measured, with its definition in a few words.
+        measured: the measured value (NaN when it could not be measured).
+        threshold: the frozen threshold it is compared with.
+        passed: whether the claim held.
+        detail: how the comparison reads (``measured <= threshold``) and notes.
+    """
+
+    claim: str
+    metric: str
+    measured: float
+    threshold: float
+    passed: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a study: its directory name, config and the runner that executes it.
+
+    ``runner(config, run_dir, progress=False)`` must be a module-level function (picklable).
+    """
+
+    name: str
+    config: BaseModel
+    runner: Callable[..., Any]
+
+
+@dataclass
+class Analysis:
+    """What ``analyze`` returns: verdicts, figure paths and free-form measured tables."""
+
+    verdicts: list[Verdict]
+    figures: list[Path] = field(default_factory=list)
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+@dataclass
+class StudyOutcome:
+    """Result of :meth:`Study.run`, also written to ``verdict.json``."""
+
+    study: str
+    preset: str
+    claims: list[Verdict]
+    runs: list[dict[str, Any]]
+    seconds: float
+    out: Path
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return all(v.passed for v in self.claims)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "study": self.study,
+            "preset": self.preset,
+            "passed": self.passed,
+            "claims": [asdict(v) for v in self.claims],
+            "runs": self.runs,
+            "tables": self.tables,
+            "seconds": round(self.seconds, 2),
+        }
+
+
+@dataclass(frozen=True)
+class Study:
+    """A finding made re-runnable (see the module docstring)."""
+
+    name: str
+    claim: str
+    source: str
+    presets: dict[str, Callable[[], BaseModel]]
+    build_runs: Callable[[BaseModel, int], list[RunSpec]]
+    analyze: Callable[[dict[str, Run], Path], Analysis]
+
+    def preset(self, name: str) -> BaseModel:
+        """The preset config called ``name``.
+
+        Raises:
+            ValueError: for an unknown preset name.
+        """
+        if name not in self.presets:
+            raise ValueError(f"preset must be one of {', '.join(self.presets)} (got {name!r})")
+        return self.presets[name]()
+
+    def run(
+        self,
+        preset: str = "fast",
+        out: str | os.PathLike[str] = "out",
+        *,
+        seed: int = 0,
+        progress: bool = False,
+        on_run: Callable[[str, str, float], None] | None = None,
+    ) -> StudyOutcome:
+        """Execute every run in-process, analyze, write verdict.json, figures and report.html.
+
+        Args:
+            preset: ``smoke``, ``fast`` or ``paper``.
+            out: the study directory.
+            seed: added to every run's seed.
+            progress: show per-run progress bars.
+            on_run: called as ``on_run(run_name, status, seconds)`` after each run.
+        Raises:
+            ValueError: unknown preset.
+        """
+        config = self.preset(preset)
+        specs = self.build_runs(config, seed)
+        out = Path(out)
+        (out / "runs").mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        runs: dict[str, Run] = {}
+        run_rows = []
+        for spec in specs:
+            run_dir = out / "runs" / spec.name
+            t0 = time.perf_counter()
+            try:
+                spec.runner(spec.config, run_dir, progress=progress)
+            except Exception as err:  # one failed run is recorded; the others go on
+                from dynascope.store import RunStore
+
+                with RunStore(run_dir) as store:
+                    store.event(0, "error", f"{type(err).__name__}: {err}")
+                    store.set_status(0, "failed")
+            seconds = time.perf_counter() - t0
+            run = load_run(run_dir)
+            runs[spec.name] = run
+            run_rows.append({"name": spec.name, "status": run.status, "seconds": round(seconds, 2)})
+            if on_run is not None:
+                on_run(spec.name, run.status or "unknown", seconds)
+        figures_dir = out / "figures"
+        figures_dir.mkdir(exist_ok=True)
+        analysis = self.analyze(runs, figures_dir)
+        outcome = StudyOutcome(
+            study=self.name,
+            preset=preset,
+            claims=analysis.verdicts,
+            runs=run_rows,
+            seconds=time.perf_counter() - start,
+            out=out,
+            tables=analysis.tables,
+        )
+        (out / "verdict.json").write_text(json.dumps(outcome.to_json(), indent=2, default=float))
+        from dynascope.report.html import write_study_report
+
+        write_study_report(self, outcome, analysis.figures, out / "report.html")
+        return outcome

@@ -1,0 +1,281 @@
+"""Trainer: the training loop of one run, with evaluation, monitoring, checkpoints and resume.
+
+Step convention: step 0 is the initialisation (probes and evaluation run on it); step t is the
+state after t optimizer updates. Every row in the store is keyed by that step.
+
+Per step: a batch from the task's training split (drawn from the run's own
+``torch.Generator``), the task's loss (+ the explicit L2 penalty when
+``optimizer.mode="l2"``), backward, optional gradient clipping, the optimizer and learning-rate
+schedule, then ``monitor.step(t)``. Every ``train.log_every`` steps the mean training loss of the
+window is logged as ``train.loss`` (and ``train.l2_penalty``, ``train.lr``); every
+``train.eval_every`` steps (and at the end) ``val.*`` metrics over ``train.eval_batches`` fixed
+batches (the same batches every time: their generator is re-seeded from the run seed).
+Checkpoints every ``train.checkpoint_every`` steps and at the end hold the model, optimizer,
+schedule, the data generator's state, the global torch RNG state and the loss accumulator, so
+:meth:`Trainer.run` on a resumed run reproduces an uninterrupted run's metrics exactly on CPU.
+
+A non-finite training loss (checked at logging steps) or evaluation loss stops the run: an
+``events`` row ``diverged`` names the tensor, the status becomes ``diverged``, the store is kept.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from dynascope.config import RunConfig, build_model, build_task
+from dynascope.monitor import EveryN, LogSchedule, Monitor
+from dynascope.optim import build_optimizer, l2_penalty
+from dynascope.probes import make_probe
+from dynascope.store import RunStore
+
+__all__ = ["TrainResult", "Trainer", "run_training"]
+
+_VAL_SEED_OFFSET = 1_000_003  # validation batches come from seed + this offset
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """Outcome of :meth:`Trainer.run`: ``status`` is ``finished`` or ``diverged``."""
+
+    run_dir: Path
+    status: str
+    step: int
+    final: dict[str, float]
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _lr_lambda(warmup_steps: int, total_steps: int, schedule: str):
+    def factor(step: int) -> float:
+        if warmup_steps and step < warmup_steps:
+            return (step + 1) / warmup_steps
+        if schedule == "cosine":
+            progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+        return 1.0
+
+    return factor
+
+
+class Trainer:
+    """Trains one :class:`~dynascope.config.RunConfig` into a run directory.
+
+    Args:
+        config: the validated run config.
+        run_dir: the run directory (created if missing).
+        progress: show a progress bar (rich) on the terminal.
+    Raises:
+        dynascope.config.ConfigError: if the task rejects its arguments.
+    """
+
+    def __init__(
+        self, config: RunConfig, run_dir: str | os.PathLike[str], *, progress: bool = False
+    ) -> None:
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.progress = progress
+        self.device = torch.device(config.device)
+        self.dtype = getattr(torch, config.dtype)
+
+        _seed_everything(config.seed)
+        self.task = build_task(config.task)
+        self.model = build_model(config.model, self.task).to(self.device, self.dtype)
+        opt = config.optimizer
+        self.optimizer, self.groups = build_optimizer(
+            self.model,
+            name=opt.name,
+            lr=opt.lr,
+            weight_decay=opt.weight_decay.model_dump(),
+            mode=opt.mode,
+            betas=opt.betas,
+            eps=opt.eps,
+            momentum=opt.momentum,
+        )
+        self.uses_l2 = opt.mode == "l2"
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, _lr_lambda(opt.warmup_steps, config.train.steps, opt.lr_schedule)
+        )
+        self.generator = torch.Generator().manual_seed(config.seed)
+        self.probes = [make_probe(name) for name in config.monitor.probes]
+        mon = config.monitor
+        schedule = (
+            EveryN(mon.every)
+            if mon.schedule == "every"
+            else LogSchedule(config.train.steps, mon.points)
+        )
+        self.schedule = schedule
+        self._loss_sum = torch.zeros((), dtype=torch.float64)
+        self._loss_count = 0
+
+    # -- pieces -----------------------------------------------------------------------------
+    def _to_device(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        out = {}
+        for key, value in batch.items():
+            if value.is_floating_point():
+                value = value.to(self.dtype)
+            out[key] = value.to(self.device, non_blocking=True)
+        return out
+
+    def evaluate(self) -> dict[str, float]:
+        """Mean loss and task metrics over ``train.eval_batches`` fixed validation batches."""
+        generator = torch.Generator().manual_seed(self.config.seed + _VAL_SEED_OFFSET)
+        was_training = self.model.training
+        self.model.eval()
+        sums: dict[str, Tensor] = {}
+        n = self.config.train.eval_batches
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            for _ in range(n):
+                batch = self._to_device(
+                    self.task.batch("val", self.config.train.batch_size, generator)
+                )
+                output = self.model(batch["x"])
+                values = {"loss": self.task.loss(output, batch), **self.task.metrics(output, batch)}
+                for key, value in values.items():
+                    sums[key] = sums.get(key, 0.0) + value.detach().double()
+        self.model.train(was_training)
+        return {f"val.{k}": float(v / n) for k, v in sums.items()}
+
+    def _state(self, step: int) -> dict:
+        return {
+            "step": step,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "generator": self.generator.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "loss_sum": self._loss_sum.clone(),
+            "loss_count": self._loss_count,
+        }
+
+    def _load_state(self, state: dict) -> int:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.generator.set_state(state["generator"])
+        torch.set_rng_state(state["torch_rng"])
+        self._loss_sum = state["loss_sum"].clone()
+        self._loss_count = int(state["loss_count"])
+        return int(state["step"])
+
+    def _checkpoint(self, store: RunStore, step: int) -> None:
+        store.save_checkpoint(step, self._state(step))
+        for _, old in store.checkpoints()[: -self.config.train.keep_checkpoints]:
+            old.unlink(missing_ok=True)
+
+    # -- the loop ---------------------------------------------------------------------------
+    def run(self, *, resume: bool = False) -> TrainResult:
+        """Train to ``train.steps`` (continuing from the last checkpoint when ``resume``).
+
+        Returns:
+            :class:`TrainResult` with status ``finished`` or ``diverged``.
+        """
+        cfg = self.config.train
+        with RunStore(self.run_dir) as store:
+            start = 0
+            if resume and store.checkpoints():
+                step, path = store.checkpoints()[-1]
+                start = self._load_state(store.load_checkpoint(path))
+                store.truncate_after(start)
+                store.event(start, "resumed", f"from checkpoint step {start}")
+            else:
+                store.truncate_after(-1)
+                store.write_config(self.config.model_dump(mode="json"))
+            store.set_status(start, "running")
+            monitor = Monitor(self.model, self.probes, self.schedule, store)
+            self.model.train()
+            final: dict[str, float] = {}
+            if start == 0:
+                monitor.step(0)
+                final = self.evaluate()
+                store.log(0, final)
+            bar = _progress(self.progress, self.config.name, cfg.steps, start)
+            try:
+                for step in range(start + 1, cfg.steps + 1):
+                    batch = self._to_device(
+                        self.task.batch("train", cfg.batch_size, self.generator)
+                    )
+                    output = self.model(batch["x"])
+                    loss = self.task.loss(output, batch)
+                    total = loss + l2_penalty(self.groups).to(loss) if self.uses_l2 else loss
+                    self.optimizer.zero_grad(set_to_none=True)
+                    total.backward()
+                    if self.config.optimizer.grad_clip is not None:
+                        torch.nn.utils.clip_grad_norm_(
+                            self.model.parameters(), self.config.optimizer.grad_clip
+                        )
+                    self.optimizer.step()
+                    self.scheduler.step()
+                    self._loss_sum += loss.detach().double().cpu()
+                    self._loss_count += 1
+
+                    if step % cfg.log_every == 0 or step == cfg.steps:
+                        mean_loss = float(self._loss_sum) / self._loss_count
+                        self._loss_sum.zero_()
+                        self._loss_count = 0
+                        if not math.isfinite(mean_loss):
+                            return self._diverged(store, step, "train.loss")
+                        row = {"train.loss": mean_loss, "train.lr": self.scheduler.get_last_lr()[0]}
+                        if self.uses_l2:
+                            row["train.l2_penalty"] = float(l2_penalty(self.groups))
+                        store.log(step, row)
+                        if bar is not None:
+                            bar[0].update(bar[1], completed=step, loss=mean_loss)
+                    monitor.step(step)
+                    if step % cfg.eval_every == 0 or step == cfg.steps:
+                        final = self.evaluate()
+                        if not math.isfinite(final["val.loss"]):
+                            return self._diverged(store, step, "val.loss")
+                        store.log(step, final)
+                    if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+                        self._checkpoint(store, step)
+            finally:
+                if bar is not None:
+                    bar[0].stop()
+            store.set_status(cfg.steps, "finished")
+            return TrainResult(self.run_dir, "finished", cfg.steps, final)
+
+    def _diverged(self, store: RunStore, step: int, what: str) -> TrainResult:
+        store.event(step, "diverged", f"{what} is not finite")
+        store.set_status(step, "diverged")
+        return TrainResult(self.run_dir, "diverged", step, {})
+
+
+def _progress(enabled: bool, name: str, total: int, start: int):
+    if not enabled:
+        return None
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TextColumn("loss {task.fields[loss]:.4f}"),
+        TimeRemainingColumn(),
+        transient=True,
+    )
+    task_id = progress.add_task(name, total=total, completed=start, loss=float("nan"))
+    progress.start()
+    return progress, task_id
+
+
+def run_training(
+    config: RunConfig,
+    run_dir: str | os.PathLike[str],
+    *,
+    progress: bool = False,
+    resume: bool = False,
+) -> TrainResult:
+    """Build a :class:`Trainer` for ``config`` and run it in ``run_dir``."""
+    return Trainer(config, run_dir, progress=progress).run(resume=resume)
