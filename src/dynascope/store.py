@@ -307,6 +307,7 @@ def load_run(path: str | os.PathLike[str]) -> Run:
         config = yaml.safe_load((path / "config.yaml").read_text()) or {}
     with closing(_connect_ro(db_path)) as db:
         scalars = pd.read_sql_query("SELECT step, key, value FROM scalars ORDER BY step, key", db)
+        scalars["value"] = scalars["value"].astype("float64")  # NULL (a NaN logged) -> NaN
         events = pd.read_sql_query("SELECT step, kind, detail FROM events ORDER BY id", db)
         status = _latest_status(db)
     return Run(path=path, config=config, scalars=scalars, events=events, status=status)

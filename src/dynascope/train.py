@@ -228,7 +228,7 @@ class Trainer:
                             return self._diverged(store, step, "train.loss")
                         row = {"train.loss": mean_loss, "train.lr": self.scheduler.get_last_lr()[0]}
                         if self.uses_l2:
-                            row["train.l2_penalty"] = float(l2_penalty(self.groups))
+                            row["train.l2_penalty"] = float(l2_penalty(self.groups).detach())
                         store.log(step, row)
                         if bar is not None:
                             bar[0].update(bar[1], completed=step, loss=mean_loss)

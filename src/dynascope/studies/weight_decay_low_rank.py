@@ -450,7 +450,7 @@ def _toy_figures(lambdas, bal, gap, l2, sigma, lam_cat, sig_cat, d, c, eta, figu
         ylim=(1e-18, None),
         title="(½‖A‖²+½‖B‖² − ‖ABᵀ‖_*) / L2",
     )
-    ax1.legend()
+    ax1.legend(loc="lower left")
     paths.append(save_figure(fig, figures / "a_balance_gap.png"))
 
     fig, (ax1, ax2) = new_figure(2, title="(a) singular values of ABᵀ")
@@ -508,6 +508,10 @@ def _analyze_recall(runs: list[tuple[float, Run]], figures: Path):
         listed = ", ".join(f"{x:.2f}" for x in ranks)
         notes = f"ranks {listed}; largest rise {max(rises, default=0):.2f} (≤ {B_RISE_TOL})"
         last_acc = rows[-1]["val.accuracy"] if rows else float("nan")
+        notes += (
+            f"; val accuracy {rows[0]['val.accuracy']:.3f} at λ={rows[0]['lambda_attn']:g}, "
+            f"{last_acc:.3f} at λ={rows[-1]['lambda_attn']:g} (chance {chance:.3f})"
+        )
         if last_acc <= chance * 1.5:
             notes += (
                 f"; λ={rows[-1]['lambda_attn']:g} is near chance (acc {last_acc:.3f}): "
@@ -590,6 +594,19 @@ def _analyze_lm(uniform: Run, decoupled: Run, figures: Path):
         train = run.scalar("train.loss")
         (line,) = ax1.plot(val.index, val.values, "o-", label=f"{condition} (val)")
         ax1.plot(train.index, train.values, alpha=0.4, color=line.get_color())
+    late = (
+        [
+            v
+            for run in (uniform, decoupled)
+            for k in ("val.loss", "train.loss")
+            for step, v in run.scalar(k).items()
+            if step >= run.scalar("val.loss").index[1:2].min()
+        ]
+        if len(uniform.scalar("val.loss")) > 1
+        else []
+    )
+    if late:  # zoom on the part after the first evaluation, where the conditions differ
+        ax1.set_ylim(min(late) - 0.05, max(late) + 0.05)
     ax1.set(xlabel="step", ylabel="loss (nats/byte)", title="train (faint) and validation loss")
     ax1.legend()
     width = 0.35

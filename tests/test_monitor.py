@@ -1,0 +1,55 @@
+"""Monitor and schedules."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dynascope.monitor import EveryN, LogSchedule, Monitor
+from dynascope.probes import Probe, ProbeContext
+
+
+class _Counter(Probe):
+    name = "counter"
+
+    def __init__(self):
+        self.steps = []
+
+    def measure(self, model, ctx: ProbeContext):
+        self.steps.append(ctx.step)
+        return {"count": float(len(self.steps))}
+
+
+class _ListSink:
+    def __init__(self):
+        self.rows = []
+
+    def log(self, step, values):
+        self.rows.append((step, dict(values)))
+
+
+def test_every_n_schedule():
+    s = EveryN(5)
+    assert [t for t in range(21) if s.due(t)] == [0, 5, 10, 15, 20]
+    with pytest.raises(ValueError, match="every must be >= 1"):
+        EveryN(0)
+
+
+def test_log_schedule_is_log_spaced_deduplicated_and_includes_ends():
+    s = LogSchedule(1000, 10)
+    due = sorted(s.steps)
+    assert due[0] == 0 and due[1] == 1 and due[-1] == 1000
+    ratios = [b / a for a, b in zip(due[1:], due[2:])]
+    assert max(ratios) / min(ratios) < 1.5  # geometric spacing up to rounding
+    assert len(LogSchedule(3, 50).steps) == 4  # 0, 1, 2, 3 after deduplication
+    with pytest.raises(ValueError, match="start <= stop"):
+        LogSchedule(0, 5)
+
+
+def test_monitor_runs_probes_only_when_due():
+    probe, sink = _Counter(), _ListSink()
+    monitor = Monitor(torch.nn.Linear(2, 2), [probe], EveryN(3), sink)
+    ran = [monitor.step(t) for t in range(7)]
+    assert ran == [True, False, False, True, False, False, True]
+    assert probe.steps == [0, 3, 6]
+    assert sink.rows == [(0, {"count": 1.0}), (3, {"count": 2.0}), (6, {"count": 3.0})]
