@@ -16,26 +16,56 @@ from dynascope.config import (
 
 BAD = [
     ({"modle": {}}, r"^modle: unknown field \(allowed: name, seed, device"),
-    ({"model": {"d_modle": 3}}, r"^model\.d_modle: unknown field \(allowed: name, n_layers, d_model"),
-    ({"model": {"d_model": 64, "n_heads": 5}}, r"n_heads must divide d_model \(got d_model=64, n_heads=5\)"),
+    (
+        {"model": {"d_modle": 3}},
+        r"^model\.d_modle: unknown field \(allowed: name, n_layers, d_model",
+    ),
+    (
+        {"model": {"d_model": 64, "n_heads": 5}},
+        r"n_heads must divide d_model \(got d_model=64, n_heads=5\)",
+    ),
     ({"model": {"d_model": "wide"}}, r"^model\.d_model: .*integer.*\(got 'wide'\)"),
     ({"model": {"d_head": 0}}, r"^model\.d_head: .*greater than or equal to 1"),
-    ({"model": {"attention": "cosine"}}, r"^model\.attention: Input should be 'softmax' or 'linear'"),
+    (
+        {"model": {"attention": "cosine"}},
+        r"^model\.attention: Input should be 'softmax' or 'linear'",
+    ),
     ({"model": {"name": "lstm"}}, r"^model\.name: Input should be 'transformer'"),
     ({"task": {"name": "sorting"}}, r"^task: .*associative_recall.*char_lm"),
-    ({"task": {"name": "associative_recall", "n_pairs": 20}}, r"n_pairs must be <= n_keys \(got n_pairs=20, n_keys=16\)"),
-    ({"task": {"name": "char_lm", "path": "/no/such/dir"}}, r"^task\.path: no such file or directory: '/no/such/dir'"),
-    ({"task": {"name": "associative_recall", "bogus": 1}}, r"^task\.bogus: unknown field \(allowed: name, n_keys"),
+    (
+        {"task": {"name": "associative_recall", "n_pairs": 20}},
+        r"n_pairs must be <= n_keys \(got n_pairs=20, n_keys=16\)",
+    ),
+    (
+        {"task": {"name": "char_lm", "path": "/no/such/dir"}},
+        r"^task\.path: no such file or directory: '/no/such/dir'",
+    ),
+    (
+        {"task": {"name": "associative_recall", "bogus": 1}},
+        r"^task\.bogus: unknown field \(allowed: name, n_keys",
+    ),
     ({"optimizer": {"lr": -1}}, r"^optimizer\.lr: Input should be greater than 0 \(got -1\)"),
-    ({"optimizer": {"name": "lion"}}, r"^optimizer\.name: Input should be 'adamw', 'adam' or 'sgd'"),
-    ({"optimizer": {"weight_decay": {"attention": -0.1}}}, r"^optimizer\.weight_decay\.attention: .*greater than or equal to 0"),
-    ({"optimizer": {"weight_decay": {"mlp": 0.1}}}, r"^optimizer\.weight_decay\.mlp: unknown field \(allowed: attention, matrices, vectors\)"),
+    (
+        {"optimizer": {"name": "lion"}},
+        r"^optimizer\.name: Input should be 'adamw', 'adam' or 'sgd'",
+    ),
+    (
+        {"optimizer": {"weight_decay": {"attention": -0.1}}},
+        r"^optimizer\.weight_decay\.attention: .*greater than or equal to 0",
+    ),
+    (
+        {"optimizer": {"weight_decay": {"mlp": 0.1}}},
+        r"^optimizer\.weight_decay\.mlp: unknown field \(allowed: attention, matrices, vectors\)",
+    ),
     ({"optimizer": {"betas": [0.9, 1.5]}}, r"^optimizer\.betas: betas must lie in \[0, 1\)"),
     ({"optimizer": {"mode": "both"}}, r"^optimizer\.mode: Input should be 'decoupled' or 'l2'"),
     ({"train": {"batch_size": 0}}, r"^train\.batch_size: .*greater than or equal to 1 \(got 0\)"),
     ({"train": {"steps": 1.5}}, r"^train\.steps: .*integer"),
     ({"monitor": {"every": 0}}, r"^monitor\.every: .*greater than or equal to 1"),
-    ({"monitor": {"probes": ["qk_spectrum", "entropy"]}}, r"^monitor\.probes: unknown probe 'entropy' \(allowed: "),
+    (
+        {"monitor": {"probes": ["qk_spectrum", "entropy"]}},
+        r"^monitor\.probes: unknown probe 'entropy' \(allowed: ",
+    ),
     ({"name": "../escape"}, r"^name: String should match pattern"),
     ({"name": ".hidden"}, r"^name: name must not start with '\.'"),
     ({"device": "tpu"}, r"^device: Input should be 'cpu' or 'cuda'"),
@@ -91,7 +121,9 @@ def test_load_config_file_errors(tmp_path):
 
 
 def test_build_task_and_model_sizes_follow_the_task():
-    cfg = validate_config({"task": {"name": "associative_recall", "n_keys": 5, "n_values": 7, "n_pairs": 3}})
+    cfg = validate_config(
+        {"task": {"name": "associative_recall", "n_keys": 5, "n_values": 7, "n_pairs": 3}}
+    )
     task = build_task(cfg.task)
     model = build_model(cfg.model, task)
     assert model.W_E.shape[0] == 12 and task.n_ctx == 7

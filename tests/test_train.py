@@ -12,15 +12,27 @@ from dynascope.train import Trainer
 
 
 def _config(**train):
-    return validate_config({
-        "model": {"n_layers": 2, "d_model": 12, "n_heads": 3, "d_mlp": 0, "use_ln": False},
-        "task": {"name": "associative_recall", "n_keys": 6, "n_values": 5, "n_pairs": 3},
-        "optimizer": {"name": "adamw", "lr": 1e-2, "weight_decay": {"attention": 0.1}},
-        "train": {"steps": 40, "batch_size": 8, "log_every": 3, "eval_every": 7,
-                  "eval_batches": 2, "checkpoint_every": 10, **train},
-        "monitor": {"probes": ["qk_spectrum", "ov_spectrum", "parameter_norms"],
-                    "schedule": "every", "every": 4},
-    })
+    return validate_config(
+        {
+            "model": {"n_layers": 2, "d_model": 12, "n_heads": 3, "d_mlp": 0, "use_ln": False},
+            "task": {"name": "associative_recall", "n_keys": 6, "n_values": 5, "n_pairs": 3},
+            "optimizer": {"name": "adamw", "lr": 1e-2, "weight_decay": {"attention": 0.1}},
+            "train": {
+                "steps": 40,
+                "batch_size": 8,
+                "log_every": 3,
+                "eval_every": 7,
+                "eval_batches": 2,
+                "checkpoint_every": 10,
+                **train,
+            },
+            "monitor": {
+                "probes": ["qk_spectrum", "ov_spectrum", "parameter_norms"],
+                "schedule": "every",
+                "every": 4,
+            },
+        }
+    )
 
 
 def _scalars(path) -> pd.DataFrame:
@@ -69,10 +81,17 @@ def test_l2_mode_adds_the_penalty_and_differs_from_decoupled(tmp_path):
     l2 = validate_config(cfg.model_dump(mode="json"), ["optimizer.mode=l2"])
     Trainer(cfg, tmp_path / "dec").run()
     trainer = Trainer(l2, tmp_path / "l2")
-    expected = 0.5 * 0.1 * sum(
-        p.square().sum() for n, p in trainer.model.named_parameters()
-        if n.endswith(("W_Q", "W_K", "W_V", "W_O")))
+    expected = (
+        0.5
+        * 0.1
+        * sum(
+            p.square().sum()
+            for n, p in trainer.model.named_parameters()
+            if n.endswith(("W_Q", "W_K", "W_V", "W_O"))
+        )
+    )
     from dynascope.optim import l2_penalty
+
     torch.testing.assert_close(l2_penalty(trainer.groups), expected)
     trainer.run()
     run = load_run(tmp_path / "l2")
@@ -81,7 +100,9 @@ def test_l2_mode_adds_the_penalty_and_differs_from_decoupled(tmp_path):
 
 
 def test_huge_learning_rate_is_recorded_as_divergence(tmp_path):
-    cfg = validate_config(_config().model_dump(mode="json"), ["optimizer.lr=1e30", "optimizer.name=sgd"])
+    cfg = validate_config(
+        _config().model_dump(mode="json"), ["optimizer.lr=1e30", "optimizer.name=sgd"]
+    )
     result = Trainer(cfg, tmp_path / "div").run()
     assert result.status == "diverged"
     run = load_run(tmp_path / "div")

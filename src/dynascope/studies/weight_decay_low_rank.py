@@ -594,18 +594,15 @@ def _analyze_lm(uniform: Run, decoupled: Run, figures: Path):
         train = run.scalar("train.loss")
         (line,) = ax1.plot(val.index, val.values, "o-", label=f"{condition} (val)")
         ax1.plot(train.index, train.values, alpha=0.4, color=line.get_color())
-    late = (
-        [
+    val_steps = uniform.scalar("val.loss").index
+    if len(val_steps) > 1:  # zoom past the first evaluation, where the conditions differ
+        late = [
             v
             for run in (uniform, decoupled)
-            for k in ("val.loss", "train.loss")
-            for step, v in run.scalar(k).items()
-            if step >= run.scalar("val.loss").index[1:2].min()
+            for key in ("val.loss", "train.loss")
+            for step, v in run.scalar(key).items()
+            if step >= val_steps[1]
         ]
-        if len(uniform.scalar("val.loss")) > 1
-        else []
-    )
-    if late:  # zoom on the part after the first evaluation, where the conditions differ
         ax1.set_ylim(min(late) - 0.05, max(late) + 0.05)
     ax1.set(xlabel="step", ylabel="loss (nats/byte)", title="train (faint) and validation loss")
     ax1.legend()
