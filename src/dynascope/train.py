@@ -200,6 +200,8 @@ class Trainer:
                 monitor.step(0)
                 final = self.evaluate()
                 store.log(0, final)
+            elif start == cfg.steps:  # resuming a finished run: report its final metrics
+                final = self.evaluate()
             bar = _progress(self.progress, self.config.name, cfg.steps, start)
             try:
                 for step in range(start + 1, cfg.steps + 1):
@@ -232,6 +234,10 @@ class Trainer:
                         store.log(step, row)
                         if bar is not None:
                             bar[0].update(bar[1], completed=step, loss=mean_loss)
+                    if self.schedule.due(step):  # probes must not read non-finite weights
+                        bad = self._non_finite(loss)
+                        if bad is not None:
+                            return self._diverged(store, step, bad)
                     monitor.step(step)
                     if step % cfg.eval_every == 0 or step == cfg.steps:
                         final = self.evaluate()
@@ -245,6 +251,15 @@ class Trainer:
                     bar[0].stop()
             store.set_status(cfg.steps, "finished")
             return TrainResult(self.run_dir, "finished", cfg.steps, final)
+
+    def _non_finite(self, loss: Tensor) -> str | None:
+        """Name of the first non-finite tensor among the loss and the parameters, or None."""
+        if not torch.isfinite(loss).all():
+            return "train.loss"
+        for name, param in self.model.named_parameters():
+            if not torch.isfinite(param).all():
+                return f"parameter {name}"
+        return None
 
     def _diverged(self, store: RunStore, step: int, what: str) -> TrainResult:
         store.event(step, "diverged", f"{what} is not finite")

@@ -432,3 +432,28 @@ def test_spectrum_probe_on_a_model_leaves_it_untouched(monkeypatch):
     torch.testing.assert_close(torch.get_rng_state(), rng, rtol=0, atol=0)
     for p, g in zip(model.parameters(), grads):
         torch.testing.assert_close(p.grad, g, rtol=0, atol=0)
+
+
+def test_huge_factors_do_not_overflow_the_core():
+    """Factors of size 1e18 in float32: the product's singular values (~1e36) are representable,
+    although R_A @ R_B^T formed naively would overflow; power-of-two scaling keeps them exact."""
+    A = torch.eye(4, 3) * 1e18
+    B = torch.eye(5, 3) * 2e18
+    s = factor_singular_values(A, B)
+    torch.testing.assert_close(s, torch.full((3,), 2e36), rtol=1e-6, atol=0)
+
+
+def test_probe_reports_nan_for_non_finite_or_overflowing_weights():
+    from dynascope.adapters import AttentionView
+
+    def views(scale):
+        W = torch.randn(1, 2, 6, 3, generator=torch.Generator().manual_seed(0)) * scale
+        return [AttentionView(name="a", W_Q=W[0], W_K=W[0], W_V=W[0], W_O=W[0].mT)]
+
+    for scale in (1e30, float("inf")):
+        out = QKSpectrum().measure_views(views(scale))
+        assert math.isnan(out["qk.mean.effective_rank"]) and math.isnan(out["L0.H1.qk.gap"])
+        assert out["qk.singular_values"].shape == (1, 2, 3)
+    finite = QKSpectrum().measure_views(views(1.0))
+    nan_keys = QKSpectrum().measure_views(views(float("nan")))
+    assert finite.keys() == nan_keys.keys()

@@ -34,22 +34,27 @@ ROLES = ("attention", "matrices", "vectors")
 Role = Literal["attention", "matrices", "vectors"]
 
 
-def _attention_matrix_ids(model: nn.Module) -> set[int]:
+def _attention_ids(model: nn.Module) -> tuple[set[int], set[int]]:
+    """ids of the attention matrices W_Q, W_K, W_V, W_O and of the attention biases."""
     try:
         views = attention_views(model)
     except ValueError:  # a model without attention: every matrix is a "matrices" parameter
-        return set()
-    return {id(t) for v in views for t in (v.W_Q, v.W_K, v.W_V, v.W_O)}
+        return set(), set()
+    matrices = {id(t) for v in views for t in (v.W_Q, v.W_K, v.W_V, v.W_O)}
+    biases = {id(t) for v in views for t in (v.b_Q, v.b_K, v.b_V, v.b_O) if t is not None}
+    return matrices, biases
 
 
 def parameter_roles(model: nn.Module) -> Iterator[tuple[str, nn.Parameter, Role]]:
     """Yield ``(name, parameter, role)`` for every trainable parameter of ``model``."""
-    attention_ids = _attention_matrix_ids(model)
+    attention_ids, bias_ids = _attention_ids(model)
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
         if id(param) in attention_ids:
             yield name, param, "attention"
+        elif id(param) in bias_ids:  # b_Q, b_K, b_V are [n_heads, d_head] but are biases
+            yield name, param, "vectors"
         elif param.ndim >= 2:
             yield name, param, "matrices"
         else:

@@ -20,6 +20,7 @@ References:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -67,6 +68,18 @@ def _compute_dtype(*tensors: Tensor) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def _pow2_scale(X: Tensor) -> Tensor:
+    """``[..., 1, 1]``: the power of two at or above max|X| per matrix (1 if zero or non-finite).
+
+    Dividing by it is exact in floating point and keeps the core ``R_A R_B^T`` from overflowing
+    when the factors are huge (e.g. a diverging run).
+    """
+    peak = X.abs().amax(dim=(-2, -1), keepdim=True)
+    _, exponent = torch.frexp(peak)
+    scale = torch.ldexp(torch.ones_like(peak), exponent)
+    return torch.where((peak > 0) & torch.isfinite(peak), scale, torch.ones_like(peak))
+
+
 def factor_singular_values(A: Tensor, B: Tensor) -> Tensor:
     """Singular values of the product ``A @ B^T``, computed from the factors.
 
@@ -82,14 +95,20 @@ def factor_singular_values(A: Tensor, B: Tensor) -> Tensor:
     Returns:
         ``[..., r]`` singular values, descending, non-negative; zero-padded to length ``r`` when
         ``min(m, n) < r``. Computed in float64 if either input is float64, else float32.
+        Each factor is first divided by a power of two (exact), so huge factors give ``inf``
+        only where the singular value itself overflows the dtype.
     Raises:
         ValueError: if ``A`` or ``B`` has fewer than 2 dims, or their last dims differ.
+        torch.linalg.LinAlgError: if a factor holds NaN or inf.
     """
     _check_factors(A, B)
     dtype = _compute_dtype(A, B)
-    _, R_A = torch.linalg.qr(A.to(dtype), mode="r")  # [..., k_A, r]
-    _, R_B = torch.linalg.qr(B.to(dtype), mode="r")  # [..., k_B, r]
+    A, B = A.to(dtype), B.to(dtype)
+    scale_A, scale_B = _pow2_scale(A), _pow2_scale(B)  # exact: powers of two
+    _, R_A = torch.linalg.qr(A / scale_A, mode="r")  # [..., k_A, r]
+    _, R_B = torch.linalg.qr(B / scale_B, mode="r")  # [..., k_B, r]
     s = torch.linalg.svdvals(R_A @ R_B.mT)  # [..., min(k_A, k_B)], descending
+    s = s * (scale_A * scale_B)[..., 0]  # inf if the product overflows the dtype
     r = A.shape[-1]
     if s.shape[-1] < r:
         s = torch.nn.functional.pad(s, (0, r - s.shape[-1]))
@@ -368,7 +387,11 @@ class _FactorSpectrum(Probe):
             ValueError: if ``views`` is empty or the layers' shapes differ.
         """
         A, B = self.factors(views)  # [n_layers, n_heads, d_model, d_head] each
+        if not (torch.isfinite(A).all() and torch.isfinite(B).all()):
+            return self._not_finite(A)
         s = factor_singular_values(A, B)  # [n_layers, n_heads, d_head]
+        if not torch.isfinite(s).all():  # a diverging model: report NaN, never crash training
+            return self._not_finite(A)
         gap, l2 = _gap(A, B, s)
         per_metric = [rank_at(s, t).to(s.dtype) for t in self.rel_tols] + [
             rank_above(s, self.abs_tol).to(s.dtype),
@@ -395,6 +418,19 @@ class _FactorSpectrum(Probe):
                         key = f"L{layer}.H{head}.{self.product}.{metric}"
                         out[key] = values[(i * n_layers + layer) * n_heads + head]
         out[f"{self.product}.singular_values"] = s.detach().to("cpu", torch.float32)
+        return out
+
+    def _not_finite(self, A: Tensor) -> dict[str, Tensor | float]:
+        """Every key NaN (same keys as a finite measurement), for non-finite weights."""
+        n_layers, n_heads, _, d_head = A.shape
+        out: dict[str, Tensor | float] = {}
+        for metric in self._metric_names:
+            out[f"{self.product}.mean.{metric}"] = float("nan")
+            if self.per_head:
+                for layer in range(n_layers):
+                    for head in range(n_heads):
+                        out[f"L{layer}.H{head}.{self.product}.{metric}"] = float("nan")
+        out[f"{self.product}.singular_values"] = torch.full((n_layers, n_heads, d_head), math.nan)
         return out
 
 

@@ -136,6 +136,7 @@ def run_factor_toy(config: ToyConfig, run_dir: Path, *, progress: bool = False) 
     B = B0.expand(len(all_lambdas), -1, -1).clone()
     n = len(lambdas)
     with RunStore(run_dir) as store:
+        store.truncate_after(-1)  # a re-run replaces the directory's rows
         store.write_config(config.model_dump(mode="json"))
         store.set_status(0, "running")
         store.log(0, {"lambdas": lambdas})

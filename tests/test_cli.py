@@ -1,0 +1,225 @@
+"""The ``dynascope`` command: exit codes, one-line errors, nothing written on bad input.
+
+Exit codes (``dynascope/cli.py``): 0 success, 2 bad input (one line on stderr starting
+``error:``, nothing written), 3 a run diverged (its store is kept).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from dynascope.cli import app
+from dynascope.store import load_run
+
+# Small, pairwise-distinct sizes: 6 keys, 5 values, 3 pairs; d_model 12 over 3 heads (d_head 4).
+TINY = """\
+name: tiny
+task: {name: associative_recall, n_keys: 6, n_values: 5, n_pairs: 3}
+model: {name: transformer, d_model: 12, n_heads: 3, d_mlp: 0}
+train: {steps: 6, batch_size: 4, eval_every: 3, checkpoint_every: 3}
+"""
+
+runner = CliRunner()
+
+
+def invoke(*args: str | Path):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def assert_one_line_error(result, pattern: str) -> None:
+    """Exit 2, nothing on stdout, exactly one stderr line ``error: ...`` matching ``pattern``."""
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert re.search(pattern, lines[0]), lines[0]
+
+
+@pytest.fixture
+def tiny_config(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY)
+    return path
+
+
+@pytest.fixture
+def finished_run(tiny_config: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "run"
+    result = invoke("run", tiny_config, "--out", out, "--no-progress")
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_run_show_report_and_refuse_rerun(finished_run: Path, tiny_config: Path):
+    assert (finished_run / "metrics.sqlite").is_file()
+    assert (finished_run / "config.yaml").is_file()
+
+    shown = invoke("show", finished_run)
+    assert shown.exit_code == 0, shown.output
+    assert re.search(r"^\S+ val\.loss\s+\S+\s+6\s", shown.stdout, re.MULTILINE), shown.stdout
+
+    reported = invoke("report", finished_run)
+    assert reported.exit_code == 0, reported.output
+    assert (finished_run / "report.html").is_file()
+    assert (finished_run / "figures" / "loss.png").is_file()
+
+    again = invoke("run", tiny_config, "--out", finished_run, "--no-progress")
+    assert_one_line_error(again, r"^error: --out: '.*run' already holds a run \(continue it with")
+
+
+def test_resume_finished_run_continues_from_last_checkpoint(finished_run: Path):
+    result = invoke("resume", finished_run, "--no-progress")
+    assert result.exit_code == 0, result.output
+    assert re.search(r"finished 6 steps in ", result.stdout)
+    run = load_run(finished_run)
+    assert run.status == "finished"
+    resumed = run.events[run.events["kind"] == "resumed"]
+    assert resumed["detail"].tolist() == ["from checkpoint step 6"]
+
+
+def test_resume_after_lost_last_checkpoint_reproduces_the_run(finished_run: Path):
+    """A crash after step 3's checkpoint: resuming from it gives the same final metrics."""
+    before = load_run(finished_run).scalars
+    (finished_run / "checkpoints" / "step_6.pt").unlink()
+    result = invoke("resume", finished_run, "--no-progress")
+    assert result.exit_code == 0, result.output
+    run = load_run(finished_run)
+    assert run.status == "finished"
+    assert run.events[run.events["kind"] == "resumed"]["detail"].tolist() == [
+        "from checkpoint step 3"
+    ]
+    # Same rows, same values: resume on CPU is exact (train.py docstring).
+    pd.testing.assert_frame_equal(run.scalars, before)
+
+
+def test_resume_non_run_directory(tmp_path: Path):
+    result = invoke("resume", tmp_path)
+    assert_one_line_error(
+        result, r"^error: RUN_DIR: '.*' is not a run directory \(no config\.yaml\)"
+    )
+
+
+BAD_RUN = [
+    ("unknown key", ["--set", "model.d_modle=3"], r"model\.d_modle: unknown field \(allowed: "),
+    ("wrong type", ["--set", "train.steps=many"], r"train\.steps: .*integer.*\(got 'many'\)"),
+    (
+        "heads do not divide",
+        ["--set", "model.n_heads=5"],
+        r"n_heads must divide d_model \(got d_model=12, n_heads=5\)",
+    ),
+    (
+        "set without =",
+        ["--set", "model.n_heads"],
+        r"--set expects KEY=VALUE .*\(got 'model\.n_heads'\)",
+    ),
+    (
+        "unknown probe",
+        ["--set", "monitor.probes=[qk_spectrum, entropy]"],
+        r"monitor\.probes: unknown probe 'entropy' \(allowed: .*qk_spectrum",
+    ),
+    (
+        "char_lm path missing",
+        ["--set", "task={name: char_lm, path: /no/such/corpus}"],
+        r"task\.path: no such file or directory: '/no/such/corpus'",
+    ),
+    (
+        "negative lr",
+        ["--set", "optimizer.lr=-0.1"],
+        r"optimizer\.lr: .*greater than 0 \(got -0\.1\)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("args", "pattern"), [b[1:] for b in BAD_RUN], ids=[b[0] for b in BAD_RUN])
+def test_bad_run_input_exits_2_and_writes_nothing(tiny_config, tmp_path, args, pattern):
+    out = tmp_path / "out"
+    result = invoke("run", tiny_config, "--out", out, "--no-progress", *args)
+    assert_one_line_error(result, pattern)
+    assert not out.exists()
+
+
+def test_missing_config_file(tmp_path: Path):
+    out = tmp_path / "out"
+    result = invoke("run", tmp_path / "missing.yaml", "--out", out)
+    assert_one_line_error(result, r"^error: config file: no such file: '.*missing\.yaml'$")
+    assert not out.exists()
+
+
+def test_invalid_yaml(tmp_path: Path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: {d_model: 12\ntrain: [\n")
+    out = tmp_path / "out"
+    result = invoke("run", bad, "--out", out)
+    assert_one_line_error(result, r"^error: config file '.*bad\.yaml': invalid YAML at line \d+$")
+    assert not out.exists()
+
+
+def test_divergence_exits_3_and_keeps_store(tiny_config: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    result = invoke(
+        "run", tiny_config, "--out", out, "--no-progress",
+        "--set", "optimizer.lr=1e30", "--set", "optimizer.name=sgd", "--set", "monitor.probes=[]",
+    )  # fmt: skip
+    assert result.exit_code == 3, result.output
+    assert re.search(r"run diverged at step \d+; store kept in ", result.stderr)
+    assert (out / "metrics.sqlite").is_file()
+
+
+def test_divergence_with_default_probes_exits_3(tiny_config: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    result = invoke(
+        "run", tiny_config, "--out", out, "--no-progress",
+        "--set", "optimizer.lr=1e30", "--set", "optimizer.name=sgd",
+    )  # fmt: skip
+    assert result.exit_code == 3, result.output
+    assert (out / "metrics.sqlite").is_file()
+
+
+def test_config_validate(tiny_config: Path, tmp_path: Path):
+    ok = invoke("config", "validate", tiny_config)
+    assert ok.exit_code == 0, ok.output
+    assert ok.stdout.rstrip().endswith("config is valid")
+    assert "d_model: 12" in ok.stdout  # printed resolved, defaults filled in
+    assert "lr: 0.001" in ok.stdout
+
+    bad = invoke("config", "validate", tiny_config, "--set", "model.n_heads=5")
+    assert_one_line_error(bad, r"n_heads must divide d_model \(got d_model=12, n_heads=5\)")
+
+
+def test_study_list():
+    result = invoke("study", "list")
+    assert result.exit_code == 0, result.output
+    assert "weight-decay-low-rank" in result.stdout
+    assert "smoke, fast, paper" in result.stdout
+
+
+def test_study_run_bad_input_exits_2_and_writes_nothing(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default --out is runs/NAME-PRESET under the cwd
+    unknown = invoke("study", "run", "nope")
+    assert_one_line_error(
+        unknown, r"^error: unknown study 'nope' \(allowed: weight-decay-low-rank\)$"
+    )
+    preset = invoke("study", "run", "weight-decay-low-rank", "--preset", "huge")
+    assert_one_line_error(preset, r"preset must be one of smoke, fast, paper \(got 'huge'\)$")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_module_entry_point_help():
+    proc = subprocess.run(
+        [sys.executable, "-m", "dynascope.cli", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for command in ("run", "resume", "show", "report", "study", "config"):
+        assert re.search(rf"\b{command}\b", proc.stdout), proc.stdout
