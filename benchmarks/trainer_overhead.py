@@ -2,7 +2,9 @@
 
 Run by hand (not part of the test suite)::
 
-    python benchmarks/trainer_overhead.py [--steps N] [--repeats R] [--profile]
+    python benchmarks/trainer_overhead.py [--steps N] [--repeats R] [--threads T] [--profile]
+
+Results and how to read them: docs/benchmarks.md.
 
 The model is the recall run of the ``weight-decay-low-rank`` fast preset
 (``dynascope.studies.weight_decay_low_rank._recall_run(d_model=32, ..., batch_size=128)``): a
@@ -59,6 +61,8 @@ from dynascope.store import RunStore
 from dynascope.studies.weight_decay_low_rank import _recall_run
 from dynascope.train import Trainer
 
+CPU_SECONDS: list[float] = []  # process CPU time of the last timed call (all threads)
+
 
 def make_config(steps: int, *, probes: bool) -> RunConfig:
     """The fast preset's recall config, eval/checkpoint only at the end; probes optional."""
@@ -75,9 +79,10 @@ def make_config(steps: int, *, probes: bool) -> RunConfig:
 def time_trainer(config: RunConfig) -> tuple[float, Trainer]:
     with tempfile.TemporaryDirectory(prefix="dynascope-bench-") as tmp:
         trainer = Trainer(config, tmp)
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         result = trainer.run()
         elapsed = time.perf_counter() - t0
+        CPU_SECONDS.append(time.process_time() - c0)
     assert result.status == "finished", result
     return elapsed, trainer
 
@@ -105,7 +110,7 @@ def time_bare(config: RunConfig) -> tuple[float, torch.nn.Module]:
     task, model, optimizer, generator = build_bare(config)
     steps, batch_size = config.train.steps, config.train.batch_size
     model.train()
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     for _ in range(steps):
         batch = task.batch("train", batch_size, generator)
         output = model(batch["x"])
@@ -114,6 +119,7 @@ def time_bare(config: RunConfig) -> tuple[float, torch.nn.Module]:
         loss.backward()
         optimizer.step()
     elapsed = time.perf_counter() - t0
+    CPU_SECONDS.append(time.process_time() - c0)
     return elapsed, model
 
 
@@ -282,16 +288,21 @@ def main() -> None:
     time_bare(warm)
 
     times: dict[str, list[float]] = {"a": [], "b": [], "c": []}
+    cpu: dict[str, list[float]] = {"a": [], "b": [], "c": []}
     for r in range(args.repeats):
         ta, _ = time_trainer(cfg_a)
         tb, _ = time_bare(cfg_a)
         tc, _ = time_trainer(cfg_c)
+        cpu["a"].append(CPU_SECONDS[-3])
+        cpu["b"].append(CPU_SECONDS[-2])
+        cpu["c"].append(CPU_SECONDS[-1])
         times["a"].append(ta)
         times["b"].append(tb)
         times["c"].append(tc)
         print(
             f"  repeat {r + 1}: a {args.steps / ta:7.1f}  b {args.steps / tb:7.1f}  "
-            f"c {args.steps / tc:7.1f} steps/s"
+            f"c {args.steps / tc:7.1f} steps/s   (CPU s/wall s: a {cpu['a'][-1] / ta:.2f} "
+            f"b {cpu['b'][-1] / tb:.2f} c {cpu['c'][-1] / tc:.2f})"
         )
     fixed = fixed_cost(cfg_a)
 
@@ -320,6 +331,12 @@ def main() -> None:
     verdict = "met" if ratio >= 0.95 else "NOT met"
     print(f"trainer/bare throughput: {ratio:.3f} (goal >= 0.95: {verdict})")
     print(f"probes/bare throughput:  {sps['c'] / sps['b']:.3f}")
+    cmed = {k: statistics.median(v) for k, v in cpu.items()}
+    print(
+        f"CPU-time ratio trainer/bare (median process CPU s, b/a): {cmed['b'] / cmed['a']:.3f}; "
+        f"probes/bare: {cmed['b'] / cmed['c']:.3f} (robust to other processes with --threads 1; "
+        "with 2 threads a starved pool's spin-waits inflate it)"
+    )
     best_ratio = spread["a"][1] / spread["b"][1]
     print(
         f"best-of-{args.repeats} trainer/bare: {best_ratio:.3f} (contention only ever slows a "

@@ -12,7 +12,10 @@ window is logged as ``train.loss`` (and ``train.l2_penalty``, ``train.lr``); eve
 batches (the same batches every time: their generator is re-seeded from the run seed).
 Checkpoints every ``train.checkpoint_every`` steps and at the end hold the model, optimizer,
 schedule, the data generator's state, the global torch RNG state and the loss accumulator, so
-:meth:`Trainer.run` on a resumed run reproduces an uninterrupted run's metrics exactly on CPU.
+:meth:`Trainer.run` on a resumed run reproduces an uninterrupted run's metrics exactly on CPU
+with one intra-op thread (``torch.set_num_threads(1)``); with more threads some CPU kernels
+were measured not to be bitwise reproducible run to run (docs/benchmarks.md), so equality is
+then up to rounding.
 
 A non-finite training loss (checked at logging steps) or evaluation loss stops the run: an
 ``events`` row ``diverged`` names the tensor, the status becomes ``diverged``, the store is kept.
