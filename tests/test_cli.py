@@ -223,3 +223,24 @@ def test_module_entry_point_help():
     assert proc.returncode == 0, proc.stderr
     for command in ("run", "resume", "show", "report", "study", "config"):
         assert re.search(rf"\b{command}\b", proc.stdout), proc.stdout
+
+
+def test_study_into_a_run_directory_is_refused(finished_run: Path):
+    result = invoke(
+        "study", "run", "weight-decay-low-rank", "--preset", "smoke", "--out", finished_run
+    )
+    assert result.exit_code == 2
+    assert re.search(r"^error: --out: .* is a run directory", result.stderr)
+    assert not (finished_run / "verdict.json").exists()
+
+
+def test_cuda_without_cuda_is_bad_input(tiny_config: Path, tmp_path: Path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the run would be valid")
+    out = tmp_path / "out"
+    result = invoke("run", tiny_config, "--out", out, "--no-progress", "--set", "device=cuda")
+    assert result.exit_code == 2
+    assert re.search(r"^error: device: cuda is not available here", result.stderr)
+    assert not out.exists()

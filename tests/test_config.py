@@ -70,6 +70,11 @@ BAD = [
     ({"name": ".hidden"}, r"^name: name must not start with '\.'"),
     ({"device": "tpu"}, r"^device: Input should be 'cpu' or 'cuda'"),
     ({"seed": -1}, r"^seed: .*greater than or equal to 0"),
+    ({"optimizer": {"lr": float("inf")}}, r"^optimizer\.lr: Input should be a finite number"),
+    (
+        {"optimizer": {"weight_decay": {"attention": float("nan")}}},
+        r"^optimizer\.weight_decay\.attention: Input should be a finite number",
+    ),
 ]
 
 
@@ -110,6 +115,8 @@ def test_overrides_go_through_validation():
 def test_load_config_file_errors(tmp_path):
     with pytest.raises(ConfigError, match="no such file"):
         load_config(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match="is a directory, not a YAML file"):
+        load_config(tmp_path)
     bad = tmp_path / "bad.yaml"
     bad.write_text("model: {d_model: [\n")
     with pytest.raises(ConfigError, match="invalid YAML at line"):

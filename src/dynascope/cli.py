@@ -204,6 +204,8 @@ def study_run(
     out = out or Path("runs") / f"{name}-{preset}"
     if out.exists() and not out.is_dir():
         _fail(f"--out: {str(out)!r} exists and is not a directory")
+    if (out / "metrics.sqlite").exists():
+        _fail(f"--out: {str(out)!r} is a run directory; choose a study directory")
     console.print(f"[bold]{name}[/] ({preset}) -> {out}")
 
     def on_run(run_name: str, status: str, seconds: float) -> None:

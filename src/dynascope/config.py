@@ -54,7 +54,7 @@ class ConfigError(ValueError):
 
 
 class _Config(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 # -- models ---------------------------------------------------------------------------------
@@ -316,6 +316,8 @@ def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None
         ConfigError: missing or unreadable file, YAML syntax error, or invalid config.
     """
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"config file: {str(path)!r} is a directory, not a YAML file")
     if not path.is_file():
         raise ConfigError(f"config file: no such file: {str(path)!r}")
     try:

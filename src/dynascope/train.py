@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dynascope.config import RunConfig, build_model, build_task
+from dynascope.config import ConfigError, RunConfig, build_model, build_task
 from dynascope.monitor import EveryN, LogSchedule, Monitor
 from dynascope.optim import build_optimizer, l2_penalty
 from dynascope.probes import make_probe
@@ -89,6 +89,11 @@ class Trainer:
         self.config = config
         self.run_dir = Path(run_dir)
         self.progress = progress
+        if config.device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError(
+                "device: cuda is not available here (no CUDA build of torch or no GPU); "
+                "use device=cpu"
+            )
         self.device = torch.device(config.device)
         self.dtype = getattr(torch, config.dtype)
 

@@ -95,7 +95,9 @@ def test_fast_preset_conditions_differ_only_in_what_they_study():
 
 
 def test_smoke_preset_end_to_end(tmp_path):
+    (tmp_path / "runs" / "stale_run").mkdir(parents=True)  # a re-run replaces old runs
     outcome = STUDY.run(preset="smoke", out=tmp_path)
+    assert not (tmp_path / "runs" / "stale_run").exists()
     data = json.loads((tmp_path / "verdict.json").read_text())
     assert data["study"] == "weight-decay-low-rank" and data["preset"] == "smoke"
     assert [c["claim"].split(":")[0] for c in data["claims"]] == [
@@ -112,3 +114,9 @@ def test_smoke_preset_end_to_end(tmp_path):
     assert (tmp_path / "report.html").read_text().count("data:image/png;base64") == 5
     assert len(list((tmp_path / "figures").glob("*.png"))) == 5
     assert outcome.passed == all(c["passed"] for c in data["claims"])
+
+
+def test_a_run_directory_is_refused_as_study_directory(tmp_path):
+    (tmp_path / "metrics.sqlite").touch()
+    with pytest.raises(ValueError, match="is a run directory"):
+        STUDY.run(preset="smoke", out=tmp_path)

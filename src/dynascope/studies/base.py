@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -142,11 +143,15 @@ class Study:
             progress: show per-run progress bars.
             on_run: called as ``on_run(run_name, status, seconds)`` after each run.
         Raises:
-            ValueError: unknown preset.
+            ValueError: unknown preset, or ``out`` is a run directory.
         """
         config = self.preset(preset)
         specs = self.build_runs(config, seed)
         out = Path(out)
+        if (out / "metrics.sqlite").exists():
+            raise ValueError(f"out: {str(out)!r} is a run directory, not a study directory")
+        if (out / "runs").is_dir():  # a re-run replaces every run of the directory
+            shutil.rmtree(out / "runs")
         (out / "runs").mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
         runs: dict[str, Run] = {}

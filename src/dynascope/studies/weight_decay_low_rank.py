@@ -438,20 +438,20 @@ def _toy_figures(lambdas, bal, gap, l2, sigma, lam_cat, sig_cat, d, c, eta, figu
         if lam > 0:
             ax1.semilogy(t, bal[0, j] * np.exp(-2 * eta * lam * t), ls=":", color=line.get_color())
         rel = np.where(l2[:, j] > 0, gap[:, j] / np.where(l2[:, j] > 0, l2[:, j], 1), 0)
-        ax2.semilogy(t, np.maximum(rel, 1e-18), label=f"λ={lam:g}", color=line.get_color())
+        ax2.semilogy(t, np.maximum(rel, 1e-16), label=f"λ={lam:g}", color=line.get_color())
     ax1.set(
         xlabel="GD step t",
         ylabel="‖AᵀA − BᵀB‖_F",
-        ylim=(1e-16, None),
-        title="balancedness (dotted: e^{−2ηλt})",
+        ylim=(1e-16, 1e3),
+        title="balancedness (dotted: b₀·exp(−2ηλt))",
     )
     ax2.set(
         xlabel="GD step t",
         ylabel="gap / L2 term",
-        ylim=(1e-18, None),
+        ylim=(1e-16, 10),
         title="(½‖A‖²+½‖B‖² − ‖ABᵀ‖_*) / L2",
     )
-    ax1.legend(loc="lower left")
+    ax1.legend(loc="upper right", ncol=3)
     paths.append(save_figure(fig, figures / "a_balance_gap.png"))
 
     fig, (ax1, ax2) = new_figure(2, title="(a) singular values of ABᵀ")
@@ -618,7 +618,8 @@ def _analyze_lm(uniform: Run, decoupled: Run, figures: Path):
         )
     ax2.set_xticks(np.arange(2), labels)
     ax2.set(ylabel="head-mean rank at 1e-2", title="attention ranks at the last step")
-    ax2.legend()
+    ax2.set_ylim(0, 1.3 * max(max(r["qk.rank_1e-2"], r["ov.rank_1e-2"]) for r in rows))
+    ax2.legend(loc="upper center", ncol=2)
     return [verdict], [save_figure(fig, figures / "c_lm.png")], rows
 
 
