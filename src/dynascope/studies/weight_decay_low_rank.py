@@ -442,7 +442,7 @@ def _toy_figures(lambdas, bal, gap, l2, sigma, lam_cat, sig_cat, d, c, eta, figu
     ax1.set(
         xlabel="GD step t",
         ylabel="‖AᵀA − BᵀB‖_F",
-        ylim=(1e-16, 1e3),
+        ylim=(1e-16, 1e6),
         title="balancedness (dotted: b₀·exp(−2ηλt))",
     )
     ax2.set(
