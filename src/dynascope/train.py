@@ -163,7 +163,7 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "generator": self.generator.get_state(),
             "torch_rng": torch.get_rng_state(),
-            "loss_sum": self._loss_sum.clone(),
+            "loss_sum": self._loss_sum.detach().cpu().clone(),
             "loss_count": self._loss_count,
         }
 
@@ -227,7 +227,8 @@ class Trainer:
                         )
                     self.optimizer.step()
                     self.scheduler.step()
-                    self._loss_sum += loss.detach().double().cpu()
+                    # accumulate on the loss's device: no host sync except at logging steps
+                    self._loss_sum = self._loss_sum.to(loss.device) + loss.detach().double()
                     self._loss_count += 1
 
                     if step % cfg.log_every == 0 or step == cfg.steps:
