@@ -145,7 +145,7 @@ def _report_study(directory: Path) -> None:
     from dynascope import studies
     from dynascope.report.html import write_study_report
     from dynascope.store import load_run
-    from dynascope.studies.base import StudyOutcome
+    from dynascope.studies.base import StudyOutcome, dump_json
 
     info = json.loads((directory / "verdict.json").read_text())
     study = studies.get(info["study"])
@@ -160,7 +160,7 @@ def _report_study(directory: Path) -> None:
         directory,
         analysis.tables,
     )
-    (directory / "verdict.json").write_text(json.dumps(outcome.to_json(), indent=2))
+    (directory / "verdict.json").write_text(dump_json(outcome.to_json()))
     write_study_report(study, outcome, analysis.figures, directory / "report.html")
     _print_verdicts(outcome)
 

@@ -108,8 +108,10 @@ def test_smoke_preset_end_to_end(tmp_path):
         "b-ov",
         "c",
     ]
-    for claim in data["claims"]:  # every verdict is computed, not a placeholder
-        assert isinstance(claim["measured"], float) and isinstance(claim["passed"], bool)
+    json.loads((tmp_path / "verdict.json").read_text(), parse_constant=pytest.fail)  # strict
+    for claim in data["claims"]:  # every verdict is computed (null = not measurable at smoke size)
+        assert claim["measured"] is None or isinstance(claim["measured"], float)
+        assert isinstance(claim["passed"], bool)
     assert all(r["status"] == "finished" for r in data["runs"])
     assert (tmp_path / "report.html").read_text().count("data:image/png;base64") == 5
     assert len(list((tmp_path / "figures").glob("*.png"))) == 5

@@ -17,6 +17,7 @@ A claim that does not hold is a result, not an error.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import time
@@ -34,6 +35,24 @@ __all__ = ["Analysis", "RunSpec", "Study", "StudyOutcome", "Verdict"]
 PRESETS = ("smoke", "fast", "paper")
 
 
+def _finite_or_none(value: Any) -> Any:
+    """NaN and inf become ``None`` (JSON ``null``); numpy scalars become Python numbers."""
+    if isinstance(value, dict):
+        return {k: _finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite_or_none(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, str):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def dump_json(data: dict[str, Any]) -> str:
+    """Strict JSON (no NaN literals: unmeasurable values are ``null``), indented."""
+    return json.dumps(_finite_or_none(data), indent=2, allow_nan=False)
+
+
 @dataclass(frozen=True)
 class Verdict:
     """One claim checked against measured runs.
@@ -41,7 +60,8 @@ class Verdict:
     Attributes:
         claim: the claim in words.
         metric: what was measured, with its definition in a few words.
-        measured: the measured value (NaN when it could not be measured).
+        measured: the measured value (NaN when it could not be measured; ``null`` in
+            ``verdict.json``).
         threshold: the frozen threshold it is compared with.
         passed: whether the claim held.
         detail: how the comparison reads (``measured <= threshold``) and notes.
@@ -185,7 +205,7 @@ class Study:
             out=out,
             tables=analysis.tables,
         )
-        (out / "verdict.json").write_text(json.dumps(outcome.to_json(), indent=2, default=float))
+        (out / "verdict.json").write_text(dump_json(outcome.to_json()))
         from dynascope.report.html import write_study_report
 
         write_study_report(self, outcome, analysis.figures, out / "report.html")
