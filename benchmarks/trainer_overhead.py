@@ -19,7 +19,7 @@ The model is the recall run of the ``weight-decay-low-rank`` fast preset
 (b) ``bare``: the same model (``build_task``/``build_model`` after ``torch.manual_seed(seed)``,
     so the same initial weights), the same batches (``task.batch("train", ...)`` from a
     ``torch.Generator`` seeded like the Trainer's), the same optimizer
-    (``dynascope.optim.build_optimizer``); per step ``zero_grad``, forward, loss, backward,
+    (``dynascope.config.build_optimizer``); per step ``zero_grad``, forward, loss, backward,
     ``step`` -- nothing else. Timed: the loop. Before timing, a 30-step run of (a) and (b) with
     one intra-op thread is checked to end with bitwise-equal parameters (so both loops do the
     same computation; with 2 threads torch's CPU kernels here are not bitwise reproducible even
@@ -55,8 +55,8 @@ import time
 
 import torch
 
-from dynascope.config import RunConfig, build_model, build_task, validate_config
-from dynascope.optim import build_optimizer, l2_penalty
+from dynascope.config import RunConfig, build_model, build_optimizer, build_task, validate_config
+from dynascope.optim import l2_penalty
 from dynascope.store import RunStore
 from dynascope.studies.weight_decay_low_rank import _recall_run
 from dynascope.train import Trainer
@@ -91,17 +91,7 @@ def build_bare(config: RunConfig):
     torch.manual_seed(config.seed)
     task = build_task(config.task)
     model = build_model(config.model, task).to(torch.device(config.device), torch.float32)
-    opt = config.optimizer
-    optimizer, _ = build_optimizer(
-        model,
-        name=opt.name,
-        lr=opt.lr,
-        weight_decay=opt.weight_decay.model_dump(),
-        mode=opt.mode,
-        betas=opt.betas,
-        eps=opt.eps,
-        momentum=opt.momentum,
-    )
+    optimizer, _ = build_optimizer(config.optimizer, model)
     generator = torch.Generator().manual_seed(config.seed)
     return task, model, optimizer, generator
 

@@ -143,26 +143,13 @@ def report(directory: Annotated[Path, typer.Argument(help="run or study director
 
 def _report_study(directory: Path) -> None:
     from dynascope import studies
-    from dynascope.report.html import write_study_report
-    from dynascope.store import load_run
-    from dynascope.studies.base import StudyOutcome, dump_json
 
     info = json.loads((directory / "verdict.json").read_text())
-    study = studies.get(info["study"])
-    runs = {p.name: load_run(p) for p in sorted((directory / "runs").iterdir()) if p.is_dir()}
-    analysis = study.analyze(runs, directory / "figures")
-    outcome = StudyOutcome(
-        study.name,
-        info["preset"],
-        analysis.verdicts,
-        info["runs"],
-        info["seconds"],
-        directory,
-        analysis.tables,
-    )
-    (directory / "verdict.json").write_text(dump_json(outcome.to_json()))
-    write_study_report(study, outcome, analysis.figures, directory / "report.html")
-    _print_verdicts(outcome)
+    try:
+        study = studies.get(info["study"])
+    except ValueError as err:
+        _fail(f"DIR: {err}")
+    _print_verdicts(study.reanalyze(directory))
 
 
 @study_app.command("list")

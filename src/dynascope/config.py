@@ -22,10 +22,12 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
+import torch
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from torch import nn
 
+from dynascope import optim
 from dynascope.probes import PROBES
 from dynascope.tasks import AssociativeRecall, CharLM, InContextLinearRegression, Task
 
@@ -42,6 +44,7 @@ __all__ = [
     "WeightDecayConfig",
     "apply_overrides",
     "build_model",
+    "build_optimizer",
     "build_task",
     "format_validation_error",
     "load_config",
@@ -348,6 +351,26 @@ def build_task(config: Any) -> Task:
         return cls(**kwargs)
     except ValueError as err:
         raise ConfigError(str(err)) from None
+
+
+def build_optimizer(
+    config: OptimizerConfig, model: nn.Module
+) -> tuple[torch.optim.Optimizer, list[dict]]:
+    """The optimizer an optimizer config names, over ``model``'s role groups.
+
+    Returns:
+        ``(optimizer, param_groups)`` as :func:`dynascope.optim.build_optimizer`.
+    """
+    return optim.build_optimizer(
+        model,
+        name=config.name,
+        lr=config.lr,
+        weight_decay=config.weight_decay.model_dump(),
+        mode=config.mode,
+        betas=config.betas,
+        eps=config.eps,
+        momentum=config.momentum,
+    )
 
 
 def build_model(config: ModelConfig, task: Task) -> nn.Module:

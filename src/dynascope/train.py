@@ -33,9 +33,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dynascope.config import ConfigError, RunConfig, build_model, build_task
+from dynascope.config import ConfigError, RunConfig, build_model, build_optimizer, build_task
 from dynascope.monitor import EveryN, LogSchedule, Monitor
-from dynascope.optim import build_optimizer, l2_penalty
+from dynascope.optim import l2_penalty
 from dynascope.probes import make_probe
 from dynascope.store import RunStore
 
@@ -101,16 +101,7 @@ class Trainer:
         self.task = build_task(config.task)
         self.model = build_model(config.model, self.task).to(self.device, self.dtype)
         opt = config.optimizer
-        self.optimizer, self.groups = build_optimizer(
-            self.model,
-            name=opt.name,
-            lr=opt.lr,
-            weight_decay=opt.weight_decay.model_dump(),
-            mode=opt.mode,
-            betas=opt.betas,
-            eps=opt.eps,
-            momentum=opt.momentum,
-        )
+        self.optimizer, self.groups = build_optimizer(opt, self.model)
         self.uses_l2 = opt.mode == "l2"
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, _lr_lambda(opt.warmup_steps, config.train.steps, opt.lr_schedule)
@@ -118,12 +109,11 @@ class Trainer:
         self.generator = torch.Generator().manual_seed(config.seed)
         self.probes = [make_probe(name) for name in config.monitor.probes]
         mon = config.monitor
-        schedule = (
+        self.schedule = (
             EveryN(mon.every)
             if mon.schedule == "every"
             else LogSchedule(config.train.steps, mon.points)
         )
-        self.schedule = schedule
         self._loss_sum = torch.zeros((), dtype=torch.float64)
         self._loss_count = 0
 

@@ -193,6 +193,28 @@ class Study:
             run_rows.append({"name": spec.name, "status": run.status, "seconds": round(seconds, 2)})
             if on_run is not None:
                 on_run(spec.name, run.status or "unknown", seconds)
+        return self._conclude(out, preset, runs, run_rows, lambda: time.perf_counter() - start)
+
+    def reanalyze(self, out: str | os.PathLike[str]) -> StudyOutcome:
+        """Analyze the runs already in a study directory again (figures, verdict.json, report).
+
+        Raises:
+            FileNotFoundError: if ``out`` holds no ``verdict.json``.
+        """
+        out = Path(out)
+        info = json.loads((out / "verdict.json").read_text())
+        runs = {p.name: load_run(p) for p in sorted((out / "runs").iterdir()) if p.is_dir()}
+        return self._conclude(out, info["preset"], runs, info["runs"], lambda: info["seconds"])
+
+    def _conclude(
+        self,
+        out: Path,
+        preset: str,
+        runs: dict[str, Run],
+        run_rows: list[dict[str, Any]],
+        seconds: Callable[[], float],
+    ) -> StudyOutcome:
+        """Analyze ``runs``; write figures, ``verdict.json`` and ``report.html`` under ``out``."""
         figures_dir = out / "figures"
         figures_dir.mkdir(exist_ok=True)
         analysis = self.analyze(runs, figures_dir)
@@ -201,7 +223,7 @@ class Study:
             preset=preset,
             claims=analysis.verdicts,
             runs=run_rows,
-            seconds=time.perf_counter() - start,
+            seconds=seconds(),
             out=out,
             tables=analysis.tables,
         )
