@@ -467,7 +467,8 @@ def _toy_figures(lambdas, bal, gap, l2, sigma, lam_cat, sig_cat, d, c, eta, figu
             label=f"d={di:g}",
         )
     ax1.set(xlabel="λ", ylabel="σ_i(ABᵀ) at the last step", title="measured (dots), max(d−cλ,0)")
-    ax1.legend()
+    ax1.set_ylim(-0.03, 1.35)
+    ax1.legend(loc="upper right", ncol=3)
     j = int(np.argmin(np.abs(lambdas - 0.4)))
     for i in range(sigma.shape[2]):
         ax2.plot(t, sigma[:, j, i])
