@@ -16,8 +16,43 @@ from typing import Annotated, NoReturn
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
+
+console = Console()
+err_console = Console(stderr=True)
+
+EXIT_BAD_INPUT = 2
+EXIT_DIVERGED = 3
+EXIT_SIGNAL = {"SIGINT": 130, "SIGTERM": 143}  # 128 + signal number, as shells report it
+
+# Click's base exception, found through a public subclass: typer vendors click from 0.2x on.
+_ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
+class _OneLineErrors(TyperGroup):
+    """Usage errors (missing option, bad value, unknown command) as one line, exit code 2.
+
+    Click prints a usage block and a boxed message over several lines; the rest of the CLI
+    promises ``error: ...`` on one line, so its usage errors are folded the same way.
+    """
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _ClickException as err:
+            message = " ".join(err.format_message().split())
+            err_console.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
+            sys.exit(EXIT_BAD_INPUT if err.exit_code == 2 else err.exit_code)
+        except typer.Abort:
+            err_console.print("aborted", markup=False, highlight=False)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
 
 app = typer.Typer(
+    cls=_OneLineErrors,
     name="dynascope",
     help="Instruments and re-runnable studies for the science of training dynamics.",
     no_args_is_help=True,
@@ -28,12 +63,6 @@ study_app = typer.Typer(help="List and run studies (published findings).", no_ar
 config_app = typer.Typer(help="Check run configs.", no_args_is_help=True)
 app.add_typer(study_app, name="study")
 app.add_typer(config_app, name="config")
-
-console = Console()
-err_console = Console(stderr=True)
-
-EXIT_BAD_INPUT = 2
-EXIT_DIVERGED = 3
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
