@@ -1,8 +1,9 @@
 """The ``dynascope`` command.
 
 Exit codes: 0 success (a study whose claim did not hold still exits 0: a failed claim is a
-scientific result); 1 unexpected error; 2 bad input (one line on stderr, nothing written);
-3 a run diverged (its store is kept).
+scientific result); 1 unexpected error; 2 bad input (one line on stderr, nothing written), also
+a run directory in use by another process; 3 a run diverged (its store is kept); 130 / 143 a
+run stopped by SIGINT / SIGTERM after checkpointing (continue it with ``dynascope resume``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import warnings
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -37,6 +39,7 @@ class _OneLineErrors(TyperGroup):
     """
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        warnings.showwarning = _warning_line
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
@@ -49,6 +52,10 @@ class _OneLineErrors(TyperGroup):
             err_console.print("aborted", markup=False, highlight=False)
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:
+    err_console.print(f"warning: {message}", markup=False, highlight=False, soft_wrap=True)
 
 
 app = typer.Typer(
@@ -83,21 +90,35 @@ def _refuse_existing_run(out: Path) -> None:
 @app.command()
 def run(
     config: Annotated[Path, typer.Argument(help="run config (YAML)")],
-    out: Annotated[Path, typer.Option("--out", help="run directory to create")],
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", help="run directory to create [default: a new runs/NAME, runs/NAME-2, ...]"
+        ),
+    ] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="override: a.b=value")] = None,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ) -> None:
     """Train one run from a YAML config into a new run directory."""
     from dynascope.config import ConfigError, load_config
+    from dynascope.store import RunLockedError, create_run_dir
     from dynascope.train import Trainer
 
+    created = None
     try:
         cfg = load_config(config, set_ or [])
-        _refuse_existing_run(out)
-        trainer = Trainer(cfg, out, progress=progress and sys.stderr.isatty())
-    except ConfigError as err:
+        if out is not None:
+            _refuse_existing_run(out)
+        trainer = Trainer(
+            cfg, out or Path("runs") / cfg.name, progress=progress and sys.stderr.isatty()
+        )
+        if out is None:  # only now, with every input valid: a fresh directory, atomically
+            created = trainer.run_dir = create_run_dir("runs", cfg.name)
+        result = trainer.run()
+    except (ConfigError, RunLockedError) as err:
+        if created is not None and not any(created.iterdir()):
+            created.rmdir()
         _fail(str(err))
-    result = trainer.run()
     _report_result(result)
 
 
@@ -112,12 +133,15 @@ def resume(
 
     if not (run_dir / "config.yaml").is_file():
         _fail(f"RUN_DIR: {str(run_dir)!r} is not a run directory (no config.yaml)")
+    from dynascope.store import RunLockedError
+
     try:
         cfg = load_config(run_dir / "config.yaml")
         trainer = Trainer(cfg, run_dir, progress=progress and sys.stderr.isatty())
-    except ConfigError as err:
+        result = trainer.run(resume=True)
+    except (ConfigError, RunLockedError) as err:
         _fail(str(err))
-    _report_result(trainer.run(resume=True))
+    _report_result(result)
 
 
 def _report_result(result) -> None:
@@ -126,6 +150,15 @@ def _report_result(result) -> None:
             f"run diverged at step {result.step}; store kept in {result.run_dir}", markup=False
         )
         raise typer.Exit(EXIT_DIVERGED)
+    if result.status == "interrupted":
+        err_console.print(
+            f"run interrupted by {result.signal} at step {result.step}; checkpoint written; "
+            f"continue with `dynascope resume {result.run_dir}`",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_SIGNAL[result.signal])
     summary = ", ".join(f"{k} {v:.4g}" for k, v in result.final.items())
     console.print(
         f"finished {result.step} steps in {result.run_dir}: {summary}",
@@ -229,9 +262,23 @@ def study_run(
             f"  run {run_name}: {status} in {seconds:.1f} s", markup=False, highlight=False
         )
 
-    outcome = study.run(
-        preset=preset, out=out, seed=seed, progress=progress and sys.stderr.isatty(), on_run=on_run
-    )
+    from dynascope.studies.base import StudyInterrupted
+
+    try:
+        outcome = study.run(
+            preset=preset,
+            out=out,
+            seed=seed,
+            progress=progress and sys.stderr.isatty(),
+            on_run=on_run,
+        )
+    except StudyInterrupted as err:
+        err_console.print(
+            f"study stopped: {err}; run the study again to start its runs over",
+            markup=False,
+            highlight=False,
+        )
+        raise typer.Exit(EXIT_SIGNAL[err.signal]) from None
     _print_verdicts(outcome)
     console.print(
         f"wrote {out / 'verdict.json'}, {out / 'report.html'}, {out / 'figures'}/",

@@ -19,6 +19,18 @@ a resumed run never duplicates rows. The database uses WAL journaling.
 The run's lifecycle is recorded in ``events`` rows of kind ``status`` whose detail is one of
 ``running``, ``finished``, ``diverged``, ``interrupted``, ``failed``; :attr:`RunStore.status`
 reads the latest.
+
+Crash safety: a row is durable once its transaction commits (``synchronous=NORMAL`` in WAL
+mode survives a killed process; a power cut may lose the last commits, never corrupt the
+file). A transaction cut short by SIGKILL is rolled back when the database is next opened.
+Checkpoints are written to a temporary file, ``fsync``-ed, then renamed over the target, so
+``checkpoints/`` only ever holds complete files.
+
+Concurrency: a writer takes ``RUN_DIR/.lock`` (created with ``O_EXCL``, holding the owner's
+pid and host); a second writer is refused with :class:`RunLockedError`, and a lock left by a
+dead process on this host is taken over with a :class:`RuntimeWarning`. Readers
+(:func:`load_run`) never lock. :func:`create_run_dir` makes a fresh directory under a shared
+parent atomically (``os.mkdir``), adding ``-2``, ``-3``, ... when the name is taken.
 """
 
 from __future__ import annotations
@@ -26,7 +38,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import socket
 import sqlite3
+import warnings
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +53,16 @@ import torch
 import yaml
 from torch import Tensor
 
-__all__ = ["Run", "RunStore", "load_run", "STATUSES"]
+__all__ = [
+    "STATUSES",
+    "Run",
+    "RunLock",
+    "RunLockedError",
+    "RunStore",
+    "create_run_dir",
+    "load_run",
+    "safe_name",
+]
 
 STATUSES = ("running", "finished", "diverged", "interrupted", "failed")
 
@@ -55,6 +79,122 @@ CREATE TABLE IF NOT EXISTS events (
 """
 
 
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_=+-][A-Za-z0-9_.=+-]{0,99}$")
+
+
+def safe_name(name: str, field: str = "name") -> str:
+    """Check that a user-given name can be used as one path component, and return it.
+
+    Allowed: 1-100 characters from ``A-Z a-z 0-9 _ . = + -``, not starting with ``.`` (so
+    no ``..``, no hidden files, no path separators, no absolute paths).
+
+    Raises:
+        ValueError: naming ``field``, the value and the allowed characters.
+    """
+    if not isinstance(name, str) or not _SAFE_NAME.match(name):
+        raise ValueError(
+            f"{field} must be 1-100 characters from A-Z a-z 0-9 _ . = + - and must not start "
+            f"with '.' (got {name!r})"
+        )
+    return name
+
+
+def create_run_dir(parent: str | os.PathLike[str], name: str) -> Path:
+    """Create a new, empty run directory ``parent/name`` atomically; never reuse one.
+
+    When ``parent/name`` exists, tries ``name-2``, ``name-3``, ... ``os.mkdir`` either creates
+    the directory or fails, so concurrent processes asking for the same name under one
+    parent each get their own directory.
+
+    Raises:
+        ValueError: if ``name`` is not a :func:`safe_name`.
+    """
+    safe_name(name, "run name")
+    parent = Path(parent)
+    parent.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 100_000):
+        path = parent / (name if n == 1 else f"{name}-{n}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"no free run directory name under {str(parent)!r} for {name!r}")
+
+
+class RunLockedError(RuntimeError):
+    """Another live process writes to this run directory."""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+class RunLock:
+    """``RUN_DIR/.lock``: one writer per run directory (see the module docstring).
+
+    Args:
+        run_dir: an existing run directory.
+    Raises:
+        RunLockedError: if a live process (or a process on another host) holds the lock.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
+        self.path = Path(run_dir) / ".lock"
+        self._held = False
+        self._acquire()
+
+    def _acquire(self) -> None:
+        host = socket.gethostname()
+        for _ in range(3):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                owner = self._owner()
+                if owner is None:  # vanished, or being written this instant: look again
+                    continue
+                pid, owner_host = owner
+                if owner_host != host or _pid_alive(pid):
+                    raise RunLockedError(
+                        f"run directory {str(self.path.parent)!r} is in use by pid {pid} on "
+                        f"{owner_host} (lock file {self.path.name}); wait for it to finish"
+                    ) from None
+                warnings.warn(
+                    f"taking over the lock of {str(self.path.parent)!r} left by pid {pid}, "
+                    "which is no longer running",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+                self.path.unlink(missing_ok=True)
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(f"{os.getpid()} {host}\n")
+            self._held = True
+            return
+        raise RunLockedError(f"could not lock run directory {str(self.path.parent)!r}")
+
+    def _owner(self) -> tuple[int, str] | None:
+        try:
+            pid, host = self.path.read_text().split()
+            return int(pid), host
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def release(self) -> None:
+        """Remove the lock file if this process holds it."""
+        if self._held:
+            owner = self._owner()
+            if owner is not None and owner[0] == os.getpid():
+                self.path.unlink(missing_ok=True)
+            self._held = False
+
+
 def _to_float(value: Any) -> float:
     if isinstance(value, Tensor):
         return float(value.detach().double().cpu())
@@ -67,19 +207,29 @@ class RunStore:
     Args:
         path: the run directory; created (with parents) if missing.
         flush_every: buffered rows that trigger a commit on :meth:`log`.
+        lock: take ``RUN_DIR/.lock`` for the store's lifetime (:class:`RunLock`).
     Raises:
+        RunLockedError: with ``lock=True``, if another live process holds the run.
         sqlite3.DatabaseError: if ``metrics.sqlite`` exists but is not a database.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, flush_every: int = 2000) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, flush_every: int = 2000, lock: bool = False
+    ) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.flush_every = flush_every
-        self._db = sqlite3.connect(self.path / "metrics.sqlite", timeout=30.0)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
-        self._db.commit()
+        self._lock = RunLock(self.path) if lock else None
+        try:
+            self._db = sqlite3.connect(self.path / "metrics.sqlite", timeout=30.0)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+            self._db.commit()
+        except BaseException:
+            if self._lock is not None:
+                self._lock.release()
+            raise
         self._scalars: list[tuple[int, str, float]] = []
         self._tensors: list[tuple[int, str, str, str, bytes]] = []
 
@@ -172,7 +322,10 @@ class RunStore:
         self.checkpoint_dir.mkdir(exist_ok=True)
         target = self.checkpoint_dir / f"step_{step}.pt"
         tmp = target.with_suffix(".pt.tmp")
-        torch.save(state, tmp)
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, target)
         return target
 
@@ -204,9 +357,13 @@ class RunStore:
             ) from None
 
     def close(self) -> None:
-        """Flush and close the database."""
-        self.flush()
-        self._db.close()
+        """Flush and close the database; release the lock."""
+        try:
+            self.flush()
+            self._db.close()
+        finally:
+            if self._lock is not None:
+                self._lock.release()
 
     def __enter__(self) -> RunStore:
         return self
@@ -223,12 +380,16 @@ def _latest_status(db: sqlite3.Connection) -> str | None:
 
 
 def _connect_ro(db_path: Path) -> sqlite3.Connection:
-    return sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=30.0)
+    # as_uri() percent-encodes '?' and '#' in the path, which a raw "file:" URI would misread
+    return sqlite3.connect(f"{db_path.resolve().as_uri()}?mode=ro", uri=True, timeout=30.0)
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
 
 

@@ -11,14 +11,22 @@ window is logged as ``train.loss`` (and ``train.l2_penalty``, ``train.lr``); eve
 ``train.eval_every`` steps (and at the end) ``val.*`` metrics over ``train.eval_batches`` fixed
 batches (the same batches every time: their generator is re-seeded from the run seed).
 Checkpoints every ``train.checkpoint_every`` steps and at the end hold the model, optimizer,
-schedule, the data generator's state, the global torch RNG state and the loss accumulator, so
-:meth:`Trainer.run` on a resumed run reproduces an uninterrupted run's metrics exactly on CPU
-with one intra-op thread (``torch.set_num_threads(1)``); with more threads some CPU kernels
-were measured not to be bitwise reproducible run to run (docs/benchmarks.md), so equality is
-then up to rounding.
+schedule, the data generator's state, the RNG states (torch, Python ``random``, numpy) and the
+loss accumulator, so :meth:`Trainer.run` on a resumed run reproduces an uninterrupted run's
+metrics exactly on CPU with one intra-op thread (``torch.set_num_threads(1)``): same
+``(step, key)`` rows, same values. With more threads some CPU kernels were measured not to be
+bitwise reproducible run to run (docs/benchmarks.md), so equality is then up to rounding; on
+CUDA, see the README's "Runs and resuming" for what is and is not deterministic.
 
-A non-finite training loss (checked at logging steps) or evaluation loss stops the run: an
-``events`` row ``diverged`` names the tensor, the status becomes ``diverged``, the store is kept.
+Interruptions: on SIGINT or SIGTERM (when the Trainer runs in the main thread) the current step
+finishes, a checkpoint is written, the run is marked ``interrupted`` and :meth:`Trainer.run`
+returns with ``signal`` set (the CLI exits 130 or 143). A second signal interrupts at once
+(``KeyboardInterrupt``); committed rows and the last checkpoint survive either way, and a
+SIGKILL as well.
+
+Divergence: a non-finite training loss (checked at logging steps), parameter (checked before
+probes read them and before every checkpoint) or evaluation loss stops the run: an ``events``
+row ``diverged`` names the tensor, the status becomes ``diverged``, the store is kept.
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ from __future__ import annotations
 import math
 import os
 import random
+import signal
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,12 +56,20 @@ _VAL_SEED_OFFSET = 1_000_003  # validation batches come from seed + this offset
 
 @dataclass(frozen=True)
 class TrainResult:
-    """Outcome of :meth:`Trainer.run`: ``status`` is ``finished`` or ``diverged``."""
+    """Outcome of :meth:`Trainer.run`.
+
+    Attributes:
+        status: ``finished``, ``diverged`` or ``interrupted``.
+        step: the last step trained (for ``diverged``: where it was detected).
+        final: the last evaluation's ``val.*`` metrics (empty if none ran).
+        signal: ``"SIGINT"`` or ``"SIGTERM"`` for an interrupted run, else ``None``.
+    """
 
     run_dir: Path
     status: str
     step: int
     final: dict[str, float]
+    signal: str | None = None
 
 
 def _seed_everything(seed: int) -> None:
@@ -153,6 +171,8 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "generator": self.generator.get_state(),
             "torch_rng": torch.get_rng_state(),
+            "python_rng": random.getstate(),
+            "numpy_rng": _numpy_rng_state(),
             "loss_sum": self._loss_sum.detach().cpu().clone(),
             "loss_count": self._loss_count,
         }
@@ -163,11 +183,15 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         self.generator.set_state(state["generator"])
         torch.set_rng_state(state["torch_rng"])
+        random.setstate(_as_tuples(state["python_rng"]))
+        _set_numpy_rng_state(state["numpy_rng"])
         self._loss_sum = state["loss_sum"].clone()
         self._loss_count = int(state["loss_count"])
         return int(state["step"])
 
     def _checkpoint(self, store: RunStore, step: int) -> None:
+        if store.checkpoints() and store.checkpoints()[-1][0] == step:
+            return  # already written at this step (an interrupt right after a checkpoint)
         store.save_checkpoint(step, self._state(step))
         for _, old in store.checkpoints()[: -self.config.train.keep_checkpoints]:
             old.unlink(missing_ok=True)
@@ -176,80 +200,109 @@ class Trainer:
     def run(self, *, resume: bool = False) -> TrainResult:
         """Train to ``train.steps`` (continuing from the last checkpoint when ``resume``).
 
-        Returns:
-            :class:`TrainResult` with status ``finished`` or ``diverged``.
-        """
-        cfg = self.config.train
-        with RunStore(self.run_dir) as store:
-            start = 0
-            if resume and store.checkpoints():
-                step, path = store.checkpoints()[-1]
-                start = self._load_state(store.load_checkpoint(path))
-                store.truncate_after(start)
-                store.event(start, "resumed", f"from checkpoint step {start}")
-            else:
-                store.truncate_after(-1)
-                store.write_config(self.config.model_dump(mode="json"))
-            store.set_status(start, "running")
-            monitor = Monitor(self.model, self.probes, self.schedule, store)
-            self.model.train()
-            final: dict[str, float] = {}
-            if start == 0:
-                monitor.step(0)
-                final = self.evaluate()
-                store.log(0, final)
-            elif start == cfg.steps:  # resuming a finished run: report its final metrics
-                final = self.evaluate()
-            bar = _progress(self.progress, self.config.name, cfg.steps, start)
-            try:
-                for step in range(start + 1, cfg.steps + 1):
-                    batch = self._to_device(
-                        self.task.batch("train", cfg.batch_size, self.generator)
-                    )
-                    output = self.model(batch["x"])
-                    loss = self.task.loss(output, batch)
-                    total = loss + l2_penalty(self.groups).to(loss) if self.uses_l2 else loss
-                    self.optimizer.zero_grad(set_to_none=True)
-                    total.backward()
-                    if self.config.optimizer.grad_clip is not None:
-                        torch.nn.utils.clip_grad_norm_(
-                            self.model.parameters(), self.config.optimizer.grad_clip
-                        )
-                    self.optimizer.step()
-                    self.scheduler.step()
-                    # accumulate on the loss's device: no host sync except at logging steps
-                    self._loss_sum = self._loss_sum.to(loss.device) + loss.detach().double()
-                    self._loss_count += 1
+        A fresh run (``resume=False``) into a directory that already holds a run starts it
+        over when the configs are equal and is refused when they differ.
 
-                    if step % cfg.log_every == 0 or step == cfg.steps:
-                        mean_loss = float(self._loss_sum) / self._loss_count
-                        self._loss_sum.zero_()
-                        self._loss_count = 0
-                        if not math.isfinite(mean_loss):
-                            return self._diverged(store, step, "train.loss")
-                        row = {"train.loss": mean_loss, "train.lr": self.scheduler.get_last_lr()[0]}
-                        if self.uses_l2:
-                            row["train.l2_penalty"] = float(l2_penalty(self.groups).detach())
-                        store.log(step, row)
-                        if bar is not None:
-                            bar[0].update(bar[1], completed=step, loss=mean_loss)
-                    if self.schedule.due(step):  # probes must not read non-finite weights
-                        bad = self._non_finite(loss)
-                        if bad is not None:
-                            return self._diverged(store, step, bad)
-                    monitor.step(step)
-                    if step % cfg.eval_every == 0 or step == cfg.steps:
-                        final = self.evaluate()
-                        if not math.isfinite(final["val.loss"]):
-                            return self._diverged(store, step, "val.loss")
-                        store.log(step, final)
-                    if step % cfg.checkpoint_every == 0 or step == cfg.steps:
-                        self._checkpoint(store, step)
-            finally:
-                if bar is not None:
-                    bar[0].stop()
-            store.set_status(cfg.steps, "finished")
-            return TrainResult(self.run_dir, "finished", cfg.steps, final)
+        Returns:
+            :class:`TrainResult` with status ``finished``, ``diverged`` or ``interrupted``.
+        Raises:
+            dynascope.config.ConfigError: ``run_dir`` holds a different run (nothing is
+                written).
+            dynascope.store.RunLockedError: another live process writes to ``run_dir``.
+        """
+        if not resume:
+            self._refuse_different_run()
+        with RunStore(self.run_dir, lock=True) as store, _StopSignals() as stop:
+            return self._loop(store, stop, resume)
+
+    def _refuse_different_run(self) -> None:
+        existing = self.run_dir / "config.yaml"
+        if not existing.is_file():
+            return
+        import yaml
+
+        if yaml.safe_load(existing.read_text()) != self.config.model_dump(mode="json"):
+            raise ConfigError(
+                f"run_dir: {str(self.run_dir)!r} already holds a different run; choose another "
+                "directory or resume that run"
+            )
+
+    def _loop(self, store: RunStore, stop: _StopSignals, resume: bool) -> TrainResult:
+        cfg = self.config.train
+        start = 0
+        if resume and store.checkpoints():
+            step, path = store.checkpoints()[-1]
+            start = self._load_state(store.load_checkpoint(path))
+            store.truncate_after(start)
+            store.event(start, "resumed", f"from checkpoint step {start}")
+        else:
+            store.truncate_after(-1)
+            store.write_config(self.config.model_dump(mode="json"))
+        store.set_status(start, "running")
+        monitor = Monitor(self.model, self.probes, self.schedule, store)
+        self.model.train()
+        final: dict[str, float] = {}
+        if start == 0:
+            monitor.step(0)
+            final = self.evaluate()
+            store.log(0, final)
+        elif start == cfg.steps:  # resuming a finished run: report its final metrics
+            final = self.evaluate()
+        bar = _progress(self.progress, self.config.name, cfg.steps, start)
+        try:
+            for step in range(start + 1, cfg.steps + 1):
+                batch = self._to_device(self.task.batch("train", cfg.batch_size, self.generator))
+                output = self.model(batch["x"])
+                loss = self.task.loss(output, batch)
+                total = loss + l2_penalty(self.groups).to(loss) if self.uses_l2 else loss
+                self.optimizer.zero_grad(set_to_none=True)
+                total.backward()
+                if self.config.optimizer.grad_clip is not None:
+                    torch.nn.utils.clip_grad_norm_(
+                        self.model.parameters(), self.config.optimizer.grad_clip
+                    )
+                self.optimizer.step()
+                self.scheduler.step()
+                # accumulate on the loss's device: no host sync except at logging steps
+                self._loss_sum = self._loss_sum.to(loss.device) + loss.detach().double()
+                self._loss_count += 1
+
+                if step % cfg.log_every == 0 or step == cfg.steps:
+                    mean_loss = float(self._loss_sum) / self._loss_count
+                    self._loss_sum.zero_()
+                    self._loss_count = 0
+                    if not math.isfinite(mean_loss):
+                        return self._diverged(store, step, "train.loss")
+                    row = {"train.loss": mean_loss, "train.lr": self.scheduler.get_last_lr()[0]}
+                    if self.uses_l2:
+                        row["train.l2_penalty"] = float(l2_penalty(self.groups).detach())
+                    store.log(step, row)
+                    if bar is not None:
+                        bar[0].update(bar[1], completed=step, loss=mean_loss)
+                if self.schedule.due(step):  # probes must not read non-finite weights
+                    bad = self._non_finite(loss)
+                    if bad is not None:
+                        return self._diverged(store, step, bad)
+                monitor.step(step)
+                if step % cfg.eval_every == 0 or step == cfg.steps:
+                    final = self.evaluate()
+                    if not math.isfinite(final["val.loss"]):
+                        return self._diverged(store, step, "val.loss")
+                    store.log(step, final)
+                if step % cfg.checkpoint_every == 0 or step == cfg.steps or stop.signal:
+                    bad = self._non_finite(loss)  # never checkpoint non-finite weights
+                    if bad is not None:
+                        return self._diverged(store, step, bad)
+                    self._checkpoint(store, step)
+                if stop.signal and step < cfg.steps:
+                    store.event(step, "interrupted", stop.signal)
+                    store.set_status(step, "interrupted")
+                    return TrainResult(self.run_dir, "interrupted", step, final, stop.signal)
+        finally:
+            if bar is not None:
+                bar[0].stop()
+        store.set_status(cfg.steps, "finished")
+        return TrainResult(self.run_dir, "finished", cfg.steps, final)
 
     def _non_finite(self, loss: Tensor) -> str | None:
         """Name of the first non-finite tensor among the loss and the parameters, or None."""
@@ -264,6 +317,56 @@ class Trainer:
         store.event(step, "diverged", f"{what} is not finite")
         store.set_status(step, "diverged")
         return TrainResult(self.run_dir, "diverged", step, {})
+
+
+class _StopSignals:
+    """Within ``with``: the first SIGINT/SIGTERM only sets :attr:`signal`; a second one
+    interrupts at once (``KeyboardInterrupt``). Outside the main thread it does nothing."""
+
+    def __init__(self) -> None:
+        self.signal: str | None = None
+        self._previous: dict[int, object] = {}
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.signal is not None:
+            raise KeyboardInterrupt
+        self.signal = signal.Signals(signum).name
+
+    def __enter__(self) -> _StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+def _numpy_rng_state() -> dict:
+    """numpy's global MT19937 state as plain data (loadable with ``weights_only=True``)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "name": name,
+        "keys": torch.from_numpy(keys.astype(np.int64)),
+        "pos": int(pos),
+        "has_gauss": int(has_gauss),
+        "cached_gaussian": float(cached),
+    }
+
+
+def _set_numpy_rng_state(state: dict) -> None:
+    keys = state["keys"].numpy().astype(np.uint32)
+    np.random.set_state(
+        (state["name"], keys, state["pos"], state["has_gauss"], state["cached_gaussian"])
+    )
+
+
+def _as_tuples(value):
+    """``random.setstate`` wants tuples; a checkpoint may hand back lists."""
+    if isinstance(value, list | tuple):
+        return tuple(_as_tuples(v) for v in value)
+    return value
 
 
 def _progress(enabled: bool, name: str, total: int, start: int):

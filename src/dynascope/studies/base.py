@@ -11,7 +11,10 @@ A study is ``Study(name, claim, source, presets, build_runs, analyze)``:
 
 ``Study.run(preset, out)`` executes the runs (one run directory each under ``out/runs/``),
 analyzes them and writes ``out/verdict.json``, ``out/figures/*.png`` and ``out/report.html``.
-A claim that does not hold is a result, not an error.
+A claim that does not hold is a result, not an error, and so is a run that diverges: the other
+runs go on and ``analyze`` sees its status. A run that fails with an exception is recorded as
+``failed`` and the others go on. A run stopped by SIGINT/SIGTERM stops the study
+(:class:`StudyInterrupted`); running the study again starts its runs over.
 """
 
 from __future__ import annotations
@@ -28,9 +31,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from dynascope.store import Run, load_run
+from dynascope.store import Run, load_run, safe_name
 
-__all__ = ["Analysis", "RunSpec", "Study", "StudyOutcome", "Verdict"]
+__all__ = ["Analysis", "RunSpec", "Study", "StudyInterrupted", "StudyOutcome", "Verdict"]
 
 PRESETS = ("smoke", "fast", "paper")
 
@@ -80,11 +83,27 @@ class RunSpec:
     """One run of a study: its directory name, config and the runner that executes it.
 
     ``runner(config, run_dir, progress=False)`` must be a module-level function (picklable).
+
+    Raises:
+        ValueError: if ``name`` is not a safe path component (:func:`dynascope.store.safe_name`).
     """
 
     name: str
     config: BaseModel
     runner: Callable[..., Any]
+
+    def __post_init__(self) -> None:
+        safe_name(self.name, "run name")
+
+
+class StudyInterrupted(Exception):
+    """A study's run was stopped by a signal; ``signal`` is ``"SIGINT"`` or ``"SIGTERM"``."""
+
+    def __init__(self, run_name: str, signal: str, step: int) -> None:
+        super().__init__(f"run {run_name} interrupted by {signal} at step {step}")
+        self.run_name = run_name
+        self.signal = signal
+        self.step = step
 
 
 @dataclass
@@ -179,8 +198,9 @@ class Study:
         for spec in specs:
             run_dir = out / "runs" / spec.name
             t0 = time.perf_counter()
+            result = None
             try:
-                spec.runner(spec.config, run_dir, progress=progress)
+                result = spec.runner(spec.config, run_dir, progress=progress)
             except Exception as err:  # one failed run is recorded; the others go on
                 from dynascope.store import RunStore
 
@@ -188,6 +208,8 @@ class Study:
                     store.event(0, "error", f"{type(err).__name__}: {err}")
                     store.set_status(0, "failed")
             seconds = time.perf_counter() - t0
+            if getattr(result, "status", None) == "interrupted":
+                raise StudyInterrupted(spec.name, result.signal, result.step)
             run = load_run(run_dir)
             runs[spec.name] = run
             run_rows.append({"name": spec.name, "status": run.status, "seconds": round(seconds, 2)})
