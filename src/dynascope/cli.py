@@ -133,13 +133,13 @@ def resume(
 
     if not (run_dir / "config.yaml").is_file():
         _fail(f"RUN_DIR: {str(run_dir)!r} is not a run directory (no config.yaml)")
-    from dynascope.store import RunLockedError
+    from dynascope.store import RunLockedError, UnsafeCheckpointError
 
     try:
         cfg = load_config(run_dir / "config.yaml")
         trainer = Trainer(cfg, run_dir, progress=progress and sys.stderr.isatty())
         result = trainer.run(resume=True)
-    except (ConfigError, RunLockedError) as err:
+    except (ConfigError, RunLockedError, UnsafeCheckpointError) as err:
         _fail(str(err))
     _report_result(result)
 

@@ -59,6 +59,7 @@ __all__ = [
     "RunLock",
     "RunLockedError",
     "RunStore",
+    "UnsafeCheckpointError",
     "create_run_dir",
     "load_run",
     "safe_name",
@@ -120,6 +121,10 @@ def create_run_dir(parent: str | os.PathLike[str], name: str) -> Path:
             continue
         return path
     raise FileExistsError(f"no free run directory name under {str(parent)!r} for {name!r}")
+
+
+class UnsafeCheckpointError(ValueError):
+    """A checkpoint holds objects that ``torch.load(weights_only=True)`` refuses to build."""
 
 
 class RunLockedError(RuntimeError):
@@ -345,13 +350,13 @@ class RunStore:
         """Load a checkpoint with ``weights_only=True`` (no pickled code is ever run).
 
         Raises:
-            ValueError: if the file holds anything but tensors, numbers, strings and
-                containers (for example a pickled callable).
+            UnsafeCheckpointError: if the file holds anything but tensors, numbers, strings
+                and containers (for example a pickled callable), or is not a checkpoint.
         """
         try:
             return torch.load(path, map_location="cpu", weights_only=True)
         except Exception as err:  # torch raises UnpicklingError for disallowed globals
-            raise ValueError(
+            raise UnsafeCheckpointError(
                 f"checkpoint {str(path)!r} was refused: it holds objects other than tensors "
                 f"and plain data ({type(err).__name__})"
             ) from None
