@@ -23,7 +23,15 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-__all__ = ["AttentionView", "attention_views", "register_adapter", "supported_architectures"]
+from dynascope.nn.capture import capture_patterns as capture_patterns
+
+__all__ = [
+    "AttentionView",
+    "attention_views",
+    "capture_patterns",
+    "register_adapter",
+    "supported_architectures",
+]
 
 
 @dataclass(frozen=True)
