@@ -77,7 +77,17 @@ def _fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     raise typer.Exit(code)
 
 
+def _refuse_unusable_dir(out: Path) -> None:
+    """Fail (exit 2) if ``out`` exists as a file or cannot be created under its parents."""
+    if out.exists() and not out.is_dir():
+        _fail(f"--out: {str(out)!r} exists and is not a directory")
+    for parent in out.parents:
+        if parent.exists() and not parent.is_dir():
+            _fail(f"--out: {str(out)!r} cannot be created: {str(parent)!r} is not a directory")
+
+
 def _refuse_existing_run(out: Path) -> None:
+    _refuse_unusable_dir(out)
     if (out / "metrics.sqlite").exists():
         _fail(
             f"--out: {str(out)!r} already holds a run (continue it with `dynascope resume "
@@ -236,7 +246,7 @@ def study_run(
     out: Annotated[
         Path | None, typer.Option(help="study directory [default: runs/NAME-PRESET]")
     ] = None,
-    seed: Annotated[int, typer.Option(help="added to every run's seed", min=0)] = 0,
+    seed: Annotated[int, typer.Option(help="added to every run's seed (>= 0)")] = 0,
     progress: Annotated[bool, typer.Option(help="show progress bars")] = True,
 ) -> None:
     """Run a study: its runs, the analysis, verdict.json, figures and report.html.
@@ -250,9 +260,10 @@ def study_run(
         study.preset(preset)
     except ValueError as err:
         _fail(str(err))
+    if seed < 0:
+        _fail(f"--seed: must be >= 0 (got {seed})")
     out = out or Path("runs") / f"{name}-{preset}"
-    if out.exists() and not out.is_dir():
-        _fail(f"--out: {str(out)!r} exists and is not a directory")
+    _refuse_unusable_dir(out)
     if (out / "metrics.sqlite").exists():
         _fail(f"--out: {str(out)!r} is a run directory; choose a study directory")
     console.print(f"[bold]{name}[/] ({preset}) -> {out}")

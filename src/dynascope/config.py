@@ -11,7 +11,8 @@ A run config in YAML::
     monitor: {probes: [qk_spectrum, ov_spectrum], schedule: log, points: 30}
 
 Every input is validated before anything is written. Errors are :class:`ConfigError` with one
-line naming the field, the value and what is allowed (:func:`format_validation_error`). Dotted
+line naming the field, the value and what is allowed (:func:`format_validation_error`); a
+boolean where a number belongs (``steps: true``) is an error, not 1. Dotted
 overrides (``--set model.n_heads=4``) are applied to the raw mapping and go through the same
 validation. YAML is only ever read with ``yaml.safe_load``.
 """
@@ -19,17 +20,27 @@ validation. YAML is only ever read with ``yaml.safe_load``.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import torch
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from torch import nn
 
 from dynascope import optim
 from dynascope.probes import PROBES
 from dynascope.tasks import AssociativeRecall, CharLM, InContextLinearRegression, Task
+from dynascope.tasks.char_lm import check_corpus_path
 
 __all__ = [
     "AssociativeRecallConfig",
@@ -56,6 +67,17 @@ class ConfigError(ValueError):
     """Invalid configuration or CLI input; the message is one line (CLI exit code 2)."""
 
 
+def _not_bool(value: Any) -> Any:
+    # pydantic's lax mode reads `steps: true` as 1 and `lr: true` as 1.0: a typo, not a size.
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, not a boolean (got {value!r})")
+    return value
+
+
+_Int = Annotated[int, BeforeValidator(_not_bool)]
+_Float = Annotated[float, BeforeValidator(_not_bool)]
+
+
 class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -65,11 +87,11 @@ class TransformerConfig(_Config):
     """:class:`dynascope.nn.Transformer`; d_vocab / d_in, n_ctx and d_out come from the task."""
 
     name: Literal["transformer"] = "transformer"
-    n_layers: int = Field(2, ge=1, description="number of blocks")
-    d_model: int = Field(32, ge=1, description="residual stream width")
-    n_heads: int = Field(2, ge=1, description="attention heads per layer")
-    d_head: int | None = Field(None, ge=1, description="head width; default d_model // n_heads")
-    d_mlp: int = Field(0, ge=0, description="MLP hidden width; 0 = attention-only")
+    n_layers: _Int = Field(2, ge=1, description="number of blocks")
+    d_model: _Int = Field(32, ge=1, description="residual stream width")
+    n_heads: _Int = Field(2, ge=1, description="attention heads per layer")
+    d_head: _Int | None = Field(None, ge=1, description="head width; default d_model // n_heads")
+    d_mlp: _Int = Field(0, ge=0, description="MLP hidden width; 0 = attention-only")
     positional: Literal["learned", "none"] = "learned"
     attention: Literal["softmax", "linear"] = "softmax"
     is_causal: bool = True
@@ -93,9 +115,9 @@ class AssociativeRecallConfig(_Config):
     """:class:`dynascope.tasks.AssociativeRecall`."""
 
     name: Literal["associative_recall"] = "associative_recall"
-    n_keys: int = Field(16, ge=1)
-    n_values: int = Field(16, ge=1)
-    n_pairs: int = Field(8, ge=1)
+    n_keys: _Int = Field(16, ge=1)
+    n_values: _Int = Field(16, ge=1)
+    n_pairs: _Int = Field(8, ge=1)
 
     @model_validator(mode="after")
     def _pairs_fit(self) -> AssociativeRecallConfig:
@@ -110,28 +132,36 @@ class LinearRegressionConfig(_Config):
     """:class:`dynascope.tasks.InContextLinearRegression`."""
 
     name: Literal["linear_regression"] = "linear_regression"
-    d_x: int = Field(4, ge=1)
-    n_points: int = Field(16, ge=1)
-    noise_std: float = Field(0.0, ge=0)
-    w_std: float = Field(1.0, gt=0)
+    d_x: _Int = Field(4, ge=1)
+    n_points: _Int = Field(16, ge=1)
+    noise_std: _Float = Field(0.0, ge=0)
+    w_std: _Float = Field(1.0, gt=0)
 
 
 class CharLMConfig(_Config):
     """:class:`dynascope.tasks.CharLM` (bytes); default corpus: the Python stdlib's sources."""
 
     name: Literal["char_lm"] = "char_lm"
-    path: str | None = Field(None, description="text file or folder; None = Python stdlib")
-    text: str | None = Field(None, description="inline text instead of a path")
-    n_ctx: int = Field(64, ge=1)
-    val_fraction: float = Field(0.1, gt=0, lt=1)
-    max_bytes: int | None = Field(None, ge=1)
+    path: str | None = Field(
+        None, min_length=1, description="text file or folder; None = Python stdlib"
+    )
+    text: str | None = Field(None, min_length=1, description="inline text instead of a path")
+    n_ctx: _Int = Field(64, ge=1)
+    val_fraction: _Float = Field(0.1, gt=0, lt=1)
+    max_bytes: _Int | None = Field(None, ge=1)
 
     @field_validator("path")
     @classmethod
-    def _path_exists(cls, path: str | None) -> str | None:
-        if path is not None and not Path(path).exists():
-            raise ValueError(f"no such file or directory: {path!r}")
+    def _path_holds_text(cls, path: str | None) -> str | None:
+        if path is not None:
+            check_corpus_path(path)  # its one-line ValueError names the path and the problem
         return path
+
+    @model_validator(mode="after")
+    def _path_or_text(self) -> CharLMConfig:
+        if self.path is not None and self.text is not None:
+            raise ValueError("path and text are exclusive (got both; give one)")
+        return self
 
 
 TaskConfig = Annotated[
@@ -144,22 +174,29 @@ TaskConfig = Annotated[
 class WeightDecayConfig(_Config):
     """λ per parameter role (see :mod:`dynascope.optim.groups`)."""
 
-    attention: float = Field(0.0, ge=0, description="W_Q, W_K, W_V, W_O")
-    matrices: float = Field(0.0, ge=0, description="other matrices (MLP, embeddings)")
-    vectors: float = Field(0.0, ge=0, description="biases and norm gains")
+    attention: _Float = Field(0.0, ge=0, description="W_Q, W_K, W_V, W_O")
+    matrices: _Float = Field(0.0, ge=0, description="other matrices (MLP, embeddings)")
+    vectors: _Float = Field(0.0, ge=0, description="biases and norm gains")
 
 
 class OptimizerConfig(_Config):
     name: Literal["adamw", "adam", "sgd"] = "adamw"
-    lr: float = Field(1e-3, gt=0)
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = Field(1e-8, gt=0)
-    momentum: float = Field(0.0, ge=0, lt=1)
+    lr: _Float = Field(1e-3, gt=0)
+    betas: tuple[_Float, _Float] = (0.9, 0.999)
+    eps: _Float = Field(1e-8, gt=0)
+    momentum: _Float = Field(0.0, ge=0, lt=1)
     weight_decay: WeightDecayConfig = WeightDecayConfig()
     mode: Literal["decoupled", "l2"] = "decoupled"
-    grad_clip: float | None = Field(None, gt=0, description="max global grad norm")
-    warmup_steps: int = Field(0, ge=0)
+    grad_clip: _Float | None = Field(None, gt=0, description="max global grad norm")
+    warmup_steps: _Int = Field(0, ge=0)
     lr_schedule: Literal["constant", "cosine"] = "constant"
+
+    @field_validator("betas", mode="before")
+    @classmethod
+    def _two_betas(cls, betas: Any) -> Any:
+        if isinstance(betas, list | tuple) and len(betas) != 2:
+            raise ValueError(f"expected two numbers [beta1, beta2] (got {list(betas)})")
+        return betas
 
     @field_validator("betas")
     @classmethod
@@ -170,35 +207,40 @@ class OptimizerConfig(_Config):
 
 
 class TrainConfig(_Config):
-    steps: int = Field(1000, ge=1)
-    batch_size: int = Field(64, ge=1)
-    log_every: int = Field(10, ge=1, description="steps between train-loss rows")
-    eval_every: int = Field(250, ge=1)
-    eval_batches: int = Field(4, ge=1)
-    checkpoint_every: int = Field(1000, ge=1)
-    keep_checkpoints: int = Field(2, ge=1)
+    steps: _Int = Field(1000, ge=1)
+    batch_size: _Int = Field(64, ge=1)
+    log_every: _Int = Field(10, ge=1, description="steps between train-loss rows")
+    eval_every: _Int = Field(250, ge=1)
+    eval_batches: _Int = Field(4, ge=1)
+    checkpoint_every: _Int = Field(1000, ge=1)
+    keep_checkpoints: _Int = Field(2, ge=1)
 
 
 class MonitorConfig(_Config):
     probes: list[str] = Field(default_factory=lambda: ["qk_spectrum", "ov_spectrum"])
     schedule: Literal["every", "log"] = "log"
-    every: int = Field(100, ge=1, description="steps between probes (schedule=every)")
-    points: int = Field(30, ge=1, description="log-spaced probe steps (schedule=log)")
+    every: _Int = Field(100, ge=1, description="steps between probes (schedule=every)")
+    points: _Int = Field(30, ge=1, description="log-spaced probe steps (schedule=log)")
 
     @field_validator("probes")
     @classmethod
     def _known_probes(cls, probes: list[str]) -> list[str]:
-        for name in probes:
+        for i, name in enumerate(probes):
             if name not in PROBES:
                 raise ValueError(f"unknown probe {name!r} (allowed: {', '.join(sorted(PROBES))})")
+            if name in probes[:i]:
+                raise ValueError(f"probe {name!r} listed twice")
         return probes
+
+
+_NAME_CHARS = re.compile(r"[A-Za-z0-9_.=+-]+")
 
 
 class RunConfig(_Config):
     """One training run: model, task, optimizer, training loop and monitoring."""
 
-    name: str = Field("run", min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.=+-]+$")
-    seed: int = Field(0, ge=0)
+    name: str = Field("run", min_length=1, max_length=100, description="run directory name")
+    seed: _Int = Field(0, ge=0, le=2**64 - 1, description="torch.manual_seed takes 64 bits")
     device: Literal["cpu", "cuda"] = "cpu"
     dtype: Literal["float32", "float64"] = "float32"
     model: ModelConfig = TransformerConfig()
@@ -209,14 +251,25 @@ class RunConfig(_Config):
 
     @field_validator("name")
     @classmethod
-    def _no_dots_only(cls, name: str) -> str:
-        if name in (".", "..") or name.startswith("."):
-            raise ValueError(f"name must not start with '.' (got {name!r})")
+    def _safe_name(cls, name: str) -> str:
+        # It names a folder (runs/NAME): no separators, no '..', nothing hidden.
+        if not _NAME_CHARS.fullmatch(name):
+            raise ValueError(f"must use only letters, digits and _ . = + - (got {name!r})")
+        if name.startswith("."):
+            raise ValueError(f"must not start with '.' (got {name!r})")
         return name
 
 
 # -- errors, YAML and overrides ---------------------------------------------------------------
 _UNION_TAGS = {"transformer", "associative_recall", "linear_regression", "char_lm"}
+_TASK_NAMES = ("associative_recall", "linear_regression", "char_lm")
+_MAPPING_TYPES = {"model_type", "model_attributes_type", "dict_type"}
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters so the error stays one readable line."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def format_validation_error(err: ValidationError) -> str:
@@ -225,15 +278,24 @@ def format_validation_error(err: ValidationError) -> str:
     first = errors[0]
     loc = ".".join(str(p) for p in first["loc"] if str(p) not in _UNION_TAGS) or "config"
     msg = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
+    kind, ctx = first["type"], first.get("ctx", {})
+    if kind == "extra_forbidden":
         msg = "unknown field"
         allowed = _allowed_fields(err.title, first["loc"])
         if allowed:
             msg += f" (allowed: {', '.join(allowed)})"
-    elif first["type"] not in ("value_error", "missing") and "input" in first:
-        value = first["input"]
-        if not isinstance(value, dict | list):
-            msg += f" (got {value!r})"
+    elif kind in ("union_tag_invalid", "union_tag_not_found"):  # the discriminated task union
+        field = str(ctx.get("discriminator", "name")).strip("'")
+        loc = f"{loc}.{field}"
+        allowed = f"(allowed: {', '.join(_TASK_NAMES)})"
+        if kind == "union_tag_invalid":
+            msg = f"unknown task {ctx['tag']!r} {allowed}"
+        else:
+            msg = f"missing; name a task {allowed}"
+    elif kind not in ("value_error", "missing") and "input" in first:
+        if kind in _MAPPING_TYPES:
+            msg = "expected a mapping"
+        msg += f" (got {_short(first['input'])})"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"{loc}: {msg}{more}"
 
@@ -324,7 +386,7 @@ def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None
     if not path.is_file():
         raise ConfigError(f"config file: no such file: {str(path)!r}")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

@@ -83,6 +83,31 @@ def _list_files(root: Path, suffixes: tuple[str, ...]) -> list[tuple[str, Path]]
     return sorted(found)
 
 
+def check_corpus_path(path: str | os.PathLike[str]) -> None:
+    """Check that a ``path=`` corpus exists and holds text, without reading it.
+
+    Args:
+        path: a file, or a folder searched recursively for ``FOLDER_SUFFIXES``.
+    Raises:
+        ValueError: one line, without a field prefix: the path does not exist, is neither a
+            file nor a folder, is an empty file, or is a folder with no non-empty text file.
+    """
+    root = Path(path)
+    if root.is_file():
+        if root.stat().st_size == 0:
+            raise ValueError(f"no text found in '{root}' (an empty file)")
+    elif root.is_dir():
+        if not any(file.stat().st_size > 0 for _, file in _list_files(root, FOLDER_SUFFIXES)):
+            raise ValueError(
+                f"no text found in '{root}' (no non-empty file with suffix "
+                f"{' '.join(FOLDER_SUFFIXES)} below it)"
+            )
+    elif root.exists():
+        raise ValueError(f"not a regular file or folder: '{root}'")
+    else:
+        raise ValueError(f"no such file or directory: '{root}'")
+
+
 class CharLM(Task):
     """Next-byte prediction on a local corpus (default: the Python standard library).
 
@@ -174,13 +199,15 @@ class CharLM(Task):
             listed = _list_files(root, STDLIB_SUFFIXES)
             suffixes = STDLIB_SUFFIXES
         else:
+            try:
+                check_corpus_path(path)
+            except ValueError as err:
+                raise ValueError(f"task.path: {err}") from None
             root = Path(path)
             if root.is_file():
                 listed = [(root.name, root)]
-            elif root.is_dir():
-                listed = _list_files(root, FOLDER_SUFFIXES)
             else:
-                raise ValueError(f"task.path: no such file or directory: '{root}'")
+                listed = _list_files(root, FOLDER_SUFFIXES)
             suffixes = FOLDER_SUFFIXES
         self.root = root
         files, total = [], 0
