@@ -87,16 +87,22 @@ class Monitor:
         model: the model the probes read (pass the unwrapped module under DDP).
         probes: probe instances; their keys must not collide.
         schedule: an :class:`EveryN`, :class:`LogSchedule` or anything with ``due(step)``.
-        sink: anything with ``log(step, dict)``, e.g. :class:`dynascope.RunStore`.
+        sink: anything with ``log(step, dict)``, e.g. :class:`dynascope.RunStore` or
+            :class:`dynascope.integrations.tensorboard.TensorBoardSink`, or a sequence of them
+            (each gets every record).
     """
 
     def __init__(
-        self, model: nn.Module, probes: Sequence[Probe], schedule: Schedule, sink: Sink
+        self,
+        model: nn.Module,
+        probes: Sequence[Probe],
+        schedule: Schedule,
+        sink: Sink | Sequence[Sink],
     ) -> None:
         self.model = model
         self.probes = list(probes)
         self.schedule = schedule
-        self.sink = sink
+        self.sinks: list[Sink] = list(sink) if isinstance(sink, Sequence) else [sink]
 
     def step(self, step: int, batch: dict[str, Tensor] | None = None) -> bool:
         """Run the due probes for ``step``; returns whether anything ran."""
@@ -106,5 +112,13 @@ class Monitor:
         record: dict[str, Tensor | float] = {}
         for probe in self.probes:
             record.update(probe(self.model, ctx))
-        self.sink.log(step, record)
+        for sink in self.sinks:
+            sink.log(step, record)
         return True
+
+    def flush(self) -> None:
+        """Flush every sink that can (``flush()``), e.g. commit a RunStore's buffered rows."""
+        for sink in self.sinks:
+            flush = getattr(sink, "flush", None)
+            if flush is not None:
+                flush()

@@ -1,0 +1,66 @@
+"""TensorBoardSink: write a :class:`dynascope.Monitor`'s records to TensorBoard event files.
+
+Example::
+
+    from dynascope.integrations.tensorboard import TensorBoardSink
+
+    with ds.RunStore("runs/mine") as store, TensorBoardSink("tb/mine") as tb:
+        monitor = ds.Monitor(model, probes, ds.LogSchedule(10_000), sink=[store, tb])
+
+Scalars (python numbers, one-element tensors) become scalar series under their key
+(``L0.H1.qk.effective_rank``); tensors with more elements (spectra) become histograms of their
+values. NaN scalars are written as NaN. Uses ``torch.utils.tensorboard.SummaryWriter``.
+
+Raises:
+    ImportError: on construction, if ``tensorboard`` is not installed
+        (``pip install 'dynascope[tensorboard]'``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from torch import Tensor
+
+__all__ = ["TensorBoardSink"]
+
+
+class TensorBoardSink:
+    """A sink (``log(step, values)``) that writes TensorBoard event files under ``log_dir``.
+
+    Args:
+        log_dir: the directory TensorBoard reads (created if missing).
+        flush_secs: how often the writer flushes to disk, in seconds.
+    """
+
+    def __init__(self, log_dir: str | os.PathLike[str], *, flush_secs: int = 30) -> None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError as err:
+            raise ImportError(
+                "TensorBoardSink needs tensorboard: pip install 'dynascope[tensorboard]'"
+            ) from err
+        self.writer = SummaryWriter(log_dir=os.fspath(log_dir), flush_secs=flush_secs)
+
+    def log(self, step: int, values: dict[str, Tensor | float]) -> None:
+        """Write one record: scalars as scalars, larger tensors as histograms."""
+        for key, value in values.items():
+            if isinstance(value, Tensor) and value.numel() != 1:
+                self.writer.add_histogram(key, value.detach().cpu().double(), step)
+            else:
+                scalar = float(value.detach().cpu()) if isinstance(value, Tensor) else float(value)
+                self.writer.add_scalar(key, scalar, step)
+
+    def flush(self) -> None:
+        """Write pending events to disk."""
+        self.writer.flush()
+
+    def close(self) -> None:
+        """Flush and close the event file."""
+        self.writer.close()
+
+    def __enter__(self) -> TensorBoardSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
