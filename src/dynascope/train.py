@@ -6,7 +6,9 @@ state after t optimizer updates. Every row in the store is keyed by that step.
 Per step: a batch from the task's training split (drawn from the run's own
 ``torch.Generator``), the task's loss (+ the explicit L2 penalty when
 ``optimizer.mode="l2"``), backward, optional gradient clipping, the optimizer and learning-rate
-schedule, then ``monitor.step(t)``. Every ``train.log_every`` steps the mean training loss of the
+schedule, then ``monitor.step(t, probe_batch)``. ``probe_batch`` is fixed for the whole run
+(the first validation batch), so input-dependent probes (attention entropy) compare the same
+inputs at every step. Every ``train.log_every`` steps the mean training loss of the
 window is logged as ``train.loss`` (and ``train.l2_penalty``, ``train.lr``); every
 ``train.eval_every`` steps (and at the end) ``val.*`` metrics over ``train.eval_batches`` fixed
 batches (the same batches every time: their generator is re-seeded from the run seed).
@@ -163,6 +165,11 @@ class Trainer:
         self.model.train(was_training)
         return {f"val.{k}": float(v / n) for k, v in sums.items()}
 
+    def _probe_batch(self) -> dict[str, Tensor]:
+        """The first validation batch: the inputs every probe step sees (no RNG consumed)."""
+        generator = torch.Generator().manual_seed(self.config.seed + _VAL_SEED_OFFSET)
+        return self._to_device(self.task.batch("val", self.config.train.batch_size, generator))
+
     def _state(self, step: int) -> dict:
         return {
             "step": step,
@@ -240,10 +247,11 @@ class Trainer:
             store.write_config(self.config.model_dump(mode="json"))
         store.set_status(start, "running")
         monitor = Monitor(self.model, self.probes, self.schedule, store)
+        probe_batch = self._probe_batch()
         self.model.train()
         final: dict[str, float] = {}
         if start == 0:
-            monitor.step(0)
+            monitor.step(0, probe_batch)
             final = self.evaluate()
             store.log(0, final)
         elif start == cfg.steps:  # resuming a finished run: report its final metrics
@@ -283,7 +291,7 @@ class Trainer:
                     bad = self._non_finite(loss)
                     if bad is not None:
                         return self._diverged(store, step, bad)
-                monitor.step(step)
+                monitor.step(step, probe_batch)
                 if step % cfg.eval_every == 0 or step == cfg.steps:
                     final = self.evaluate()
                     if not math.isfinite(final["val.loss"]):
