@@ -38,7 +38,16 @@ CONFIG = {
         "checkpoint_every": 10,
     },
     "monitor": {
-        "probes": ["qk_spectrum", "ov_spectrum", "parameter_norms"],
+        # stateful probes too: their snapshots must travel in the checkpoint
+        "probes": [
+            "qk_spectrum",
+            "ov_spectrum",
+            "parameter_norms",
+            "update_norms",
+            "gradient_norms",
+            "delta_spectrum",
+            "attention_entropy",
+        ],
         "schedule": "every",
         "every": 4,
     },

@@ -180,6 +180,7 @@ class Trainer:
             "torch_rng": torch.get_rng_state(),
             "python_rng": random.getstate(),
             "numpy_rng": _numpy_rng_state(),
+            "probes": [probe.state_dict() for probe in self.probes],
             "loss_sum": self._loss_sum.detach().cpu().clone(),
             "loss_count": self._loss_count,
         }
@@ -192,6 +193,8 @@ class Trainer:
         torch.set_rng_state(state["torch_rng"])
         random.setstate(_as_tuples(state["python_rng"]))
         _set_numpy_rng_state(state["numpy_rng"])
+        for probe, probe_state in zip(self.probes, state.get("probes", []), strict=False):
+            probe.load_state_dict(probe_state)
         self._loss_sum = state["loss_sum"].clone()
         self._loss_count = int(state["loss_count"])
         return int(state["step"])

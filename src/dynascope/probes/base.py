@@ -87,6 +87,10 @@ class Probe(abc.ABC):
 
     Subclasses set ``name`` (done by :func:`register_probe`) and implement :meth:`measure`.
     Scalars are returned as python floats, whole arrays (spectra) as CPU tensors.
+
+    A probe that keeps state between calls (a reference snapshot, the previous weights)
+    overrides :meth:`state_dict` and :meth:`load_state_dict`, so that a checkpoint carries the
+    state and a resumed run measures exactly what the uninterrupted run measured.
     """
 
     name: str = "probe"
@@ -99,6 +103,20 @@ class Probe(abc.ABC):
     @abc.abstractmethod
     def measure(self, model: nn.Module, ctx: ProbeContext) -> dict[str, Tensor | float]:
         """Return the measurements of ``model`` at ``ctx.step``; called by ``__call__``."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """The probe's state between calls: tensors, numbers, strings and containers of them
+        (loadable with ``torch.load(weights_only=True)``). Stateless probes return ``{}``."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned.
+
+        Raises:
+            ValueError: if a stateless probe is handed a non-empty state.
+        """
+        if state:
+            raise ValueError(f"probe {self.name!r} keeps no state (got keys {sorted(state)})")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
