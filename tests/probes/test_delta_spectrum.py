@@ -1,4 +1,4 @@
-"""Tests for the ΔW instrument of dynascope.probes.spectral (S10): spectra of W_QK(t) - W_QK(0)
+"""Tests for the ΔW instrument of dynascope.probes.delta (S10): spectra of W_QK(t) - W_QK(0)
 and W_OV(t) - W_OV(0) from width-2 d_head factors, against the dense difference, closed forms
 (zero update, rank-1 update), invariances, edge cases, and the DeltaSpectrum probe.
 
