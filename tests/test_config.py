@@ -31,7 +31,7 @@ BAD = [
         r"^model\.attention: Input should be 'softmax' or 'linear'",
     ),
     ({"model": {"name": "lstm"}}, r"^model\.name: Input should be 'transformer'"),
-    ({"task": {"name": "sorting"}}, r"^task\.name: unknown task 'sorting' \(allowed: .*char_lm\)"),
+    ({"task": {"name": "sorting"}}, r"^task\.name: unknown task 'sorting' \(allowed: .*char_lm, digits\)"),
     (
         {"task": {"name": "associative_recall", "n_pairs": 20}},
         r"n_pairs must be <= n_keys \(got n_pairs=20, n_keys=16\)",

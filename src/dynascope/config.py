@@ -39,12 +39,15 @@ from torch import nn
 
 from dynascope import optim
 from dynascope.probes import PROBES
-from dynascope.tasks import AssociativeRecall, CharLM, InContextLinearRegression, Task
+from dynascope.tasks import AssociativeRecall, CharLM, Digits, InContextLinearRegression, Task
 from dynascope.tasks.char_lm import check_corpus_path
 
 __all__ = [
     "AssociativeRecallConfig",
     "CharLMConfig",
+    "DigitsConfig",
+    "MODEL_CONFIGS",
+    "TASKS",
     "ConfigError",
     "LinearRegressionConfig",
     "MonitorConfig",
@@ -107,7 +110,18 @@ class TransformerConfig(_Config):
         return self
 
 
-ModelConfig = TransformerConfig
+# -- the model registry: name -> config class (add a line here and a builder in build_model) --
+MODEL_CONFIGS: dict[str, type[BaseModel]] = {
+    "transformer": TransformerConfig,
+}
+ModelConfig = (
+    Annotated[
+        Union[tuple(MODEL_CONFIGS.values())],  # noqa: UP007
+        Field(discriminator="name"),
+    ]
+    if len(MODEL_CONFIGS) > 1
+    else TransformerConfig
+)
 
 
 # -- tasks ----------------------------------------------------------------------------------
@@ -164,8 +178,24 @@ class CharLMConfig(_Config):
         return self
 
 
+class DigitsConfig(_Config):
+    """:class:`dynascope.tasks.Digits`: 8×8 digits as patches (scikit-learn's bundled data)."""
+
+    name: Literal["digits"] = "digits"
+    patch_size: Literal[1, 2, 4, 8] = Field(4, description="patch side; 8 = the whole image")
+    n_train: _Int = Field(1437, ge=1, le=1796, description="training images; the rest validate")
+    split_seed: _Int = Field(0, ge=0, description="seed of the train/validation permutation")
+
+
+# -- the task registry: name -> (config class, task class); add a line to add a task ------------
+TASKS: dict[str, tuple[type[BaseModel], type[Task]]] = {
+    "associative_recall": (AssociativeRecallConfig, AssociativeRecall),
+    "linear_regression": (LinearRegressionConfig, InContextLinearRegression),
+    "char_lm": (CharLMConfig, CharLM),
+    "digits": (DigitsConfig, Digits),
+}
 TaskConfig = Annotated[
-    Union[AssociativeRecallConfig, LinearRegressionConfig, CharLMConfig],  # noqa: UP007
+    Union[tuple(config for config, _ in TASKS.values())],  # noqa: UP007
     Field(discriminator="name"),
 ]
 
@@ -261,8 +291,11 @@ class RunConfig(_Config):
 
 
 # -- errors, YAML and overrides ---------------------------------------------------------------
-_UNION_TAGS = {"transformer", "associative_recall", "linear_regression", "char_lm"}
-_TASK_NAMES = ("associative_recall", "linear_regression", "char_lm")
+_TAG_TO_CONFIG: dict[str, type[BaseModel]] = {
+    **MODEL_CONFIGS,
+    **{name: config for name, (config, _) in TASKS.items()},
+}
+_UNION_TAGS = set(_TAG_TO_CONFIG)
 _MAPPING_TYPES = {"model_type", "model_attributes_type", "dict_type"}
 
 
@@ -287,11 +320,13 @@ def format_validation_error(err: ValidationError) -> str:
     elif kind in ("union_tag_invalid", "union_tag_not_found"):  # the discriminated task union
         field = str(ctx.get("discriminator", "name")).strip("'")
         loc = f"{loc}.{field}"
-        allowed = f"(allowed: {', '.join(_TASK_NAMES)})"
+        what = "model" if str(first["loc"][0]) == "model" else "task"
+        names = MODEL_CONFIGS if what == "model" else TASKS
+        allowed = f"(allowed: {', '.join(names)})"
         if kind == "union_tag_invalid":
-            msg = f"unknown task {ctx['tag']!r} {allowed}"
+            msg = f"unknown {what} {ctx['tag']!r} {allowed}"
         else:
-            msg = f"missing; name a task {allowed}"
+            msg = f"missing; name a {what} {allowed}"
     elif kind not in ("value_error", "missing") and "input" in first:
         if kind in _MAPPING_TYPES:
             msg = "expected a mapping"
@@ -316,14 +351,6 @@ def _allowed_fields(title: str, loc: tuple) -> list[str]:
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             model = annotation
     return list(model.model_fields)
-
-
-_TAG_TO_CONFIG: dict[str, type[BaseModel]] = {
-    "transformer": TransformerConfig,
-    "associative_recall": AssociativeRecallConfig,
-    "linear_regression": LinearRegressionConfig,
-    "char_lm": CharLMConfig,
-}
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -404,11 +431,7 @@ def build_task(config: Any) -> Task:
         ConfigError: if the task rejects its arguments (e.g. a corpus with no text).
     """
     kwargs = config.model_dump(exclude={"name"})
-    cls = {
-        "associative_recall": AssociativeRecall,
-        "linear_regression": InContextLinearRegression,
-        "char_lm": CharLM,
-    }[config.name]
+    cls = TASKS[config.name][1]
     try:
         return cls(**kwargs)
     except ValueError as err:

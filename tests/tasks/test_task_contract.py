@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from dynascope.tasks import AssociativeRecall, CharLM, InContextLinearRegression, Task
+from dynascope.tasks import AssociativeRecall, CharLM, Digits, InContextLinearRegression, Task
 
 TEXT = "The quick brown fox jumps over the lazy dog. " * 20
 
@@ -13,6 +13,7 @@ def make_tasks() -> list[Task]:
         AssociativeRecall(n_keys=7, n_values=5, n_pairs=3),
         InContextLinearRegression(d_x=3, n_points=6, noise_std=0.1),
         CharLM(text=TEXT, n_ctx=11),
+        Digits(patch_size=2, n_train=300),
     ]
 
 
@@ -51,7 +52,7 @@ def test_same_seed_same_batch_different_seed_different_batch(task: Task) -> None
 @pytest.mark.parametrize("task", TASKS, ids=IDS)
 def test_loss_and_metrics_are_scalar_tensors_with_gradient(task: Task) -> None:
     batch = task.batch("train", 3, gen(0))
-    output = torch.randn(3, task.n_ctx, task.d_out, generator=gen(1), requires_grad=True)
+    output = torch.randn(task.output_shape(3), generator=gen(1), requires_grad=True)
     loss = task.loss(output, batch)
     assert loss.shape == () and torch.isfinite(loss)
     loss.backward()
@@ -74,8 +75,8 @@ def test_bad_batch_arguments_raise(task: Task) -> None:
 @pytest.mark.parametrize("task", TASKS, ids=IDS)
 def test_wrong_output_shape_raises(task: Task) -> None:
     batch = task.batch("train", 2, gen(0))
-    output = torch.zeros(2, task.n_ctx, task.d_out + 1)
-    with pytest.raises(ValueError, match=r"output must have shape \[batch, n_ctx, d_out\]"):
+    output = torch.zeros(*task.output_shape(2)[:-1], task.d_out + 1)
+    with pytest.raises(ValueError, match=r"output must have shape \[batch, (n_ctx, )?d_out\]"):
         task.loss(output, batch)
     with pytest.raises(ValueError, match=r"got output.shape="):
         task.metrics(output, batch)

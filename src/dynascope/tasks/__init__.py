@@ -3,12 +3,14 @@
 from .associative_recall import AssociativeRecall as AssociativeRecall
 from .base import Task as Task
 from .char_lm import CharLM as CharLM
+from .digits import Digits as Digits
 from .linear_regression import InContextLinearRegression as InContextLinearRegression
 from .matrix_factorization import MatrixFactorization as MatrixFactorization
 
 __all__ = [
     "AssociativeRecall",
     "CharLM",
+    "Digits",
     "InContextLinearRegression",
     "MatrixFactorization",
     "Task",

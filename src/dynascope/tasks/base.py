@@ -21,7 +21,9 @@ generator with the same seed give different streams (PyTorch's generators differ
 Online tasks (drawn fresh each step) ignore ``split``; the trainer passes a separately seeded
 generator for ``"val"``. Fixed-data tasks (``CharLM``) sample from the split they are given.
 
-The model output passed to ``loss`` and ``metrics`` is ``[batch, n_ctx, d_out]``. ``loss``
+The model output passed to ``loss`` and ``metrics`` is ``[batch, n_ctx, d_out]`` for sequence
+tasks (``output_kind == "sequence"``) and ``[batch, d_out]`` for classification of a whole
+input (``output_kind == "pooled"``: a ViT's CLS or mean-pooled logits). ``loss``
 returns a scalar mean; ``metrics`` returns scalar tensors (no ``.item()``, no device moves).
 """
 
@@ -49,6 +51,7 @@ class Task(ABC):
     """
 
     input_kind: Literal["tokens", "vectors"]
+    output_kind: Literal["sequence", "pooled"] = "sequence"
     d_vocab: int | None
     d_in: int | None
     n_ctx: int
@@ -86,12 +89,19 @@ class Task(ABC):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1 (got batch_size={batch_size!r})")
 
+    def output_shape(self, batch_size: int) -> tuple[int, ...]:
+        """Output shape ``loss`` expects: ``[batch, n_ctx, d_out]`` or ``[batch, d_out]``."""
+        if self.output_kind == "pooled":
+            return (batch_size, self.d_out)
+        return (batch_size, self.n_ctx, self.d_out)
+
     def _check_output(self, output: Tensor, batch: dict[str, Tensor]) -> None:
-        """Raise ``ValueError`` unless ``output`` is ``[batch, n_ctx, d_out]`` for ``batch``."""
-        expected = (batch["x"].shape[0], self.n_ctx, self.d_out)
+        """Raise ``ValueError`` unless ``output`` has :meth:`output_shape` for ``batch``."""
+        expected = self.output_shape(batch["x"].shape[0])
         if tuple(output.shape) != expected:
+            names = "batch, d_out" if self.output_kind == "pooled" else "batch, n_ctx, d_out"
             raise ValueError(
-                f"output must have shape [batch, n_ctx, d_out] = {list(expected)} "
+                f"output must have shape [{names}] = {list(expected)} "
                 f"(got output.shape={list(output.shape)})"
             )
 
