@@ -459,7 +459,15 @@ def build_optimizer(
 
 
 def build_model(config: ModelConfig, task: Task) -> nn.Module:
-    """Instantiate the model a model config names, sized for ``task``."""
+    """Instantiate the model a model config names, sized for ``task``.
+
+    Raises:
+        ConfigError: if the model cannot serve the task (e.g. a classifier on a sequence task).
+    """
+    return _MODEL_BUILDERS[config.name](config, task)
+
+
+def _build_transformer(config: TransformerConfig, task: Task) -> nn.Module:
     from dynascope.nn import Transformer
 
     return Transformer(
@@ -478,3 +486,9 @@ def build_model(config: ModelConfig, task: Task) -> nn.Module:
         use_bias=config.use_bias,
         use_ln=config.use_ln,
     )
+
+
+# name -> builder(config, task); one line per entry of MODEL_CONFIGS
+_MODEL_BUILDERS: dict[str, Any] = {
+    "transformer": _build_transformer,
+}
