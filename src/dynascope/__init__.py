@@ -12,13 +12,13 @@ from . import studies as studies
 from . import tasks as tasks
 from .adapters import AttentionView as AttentionView
 from .adapters import attention_views as attention_views
+from .adapters import capture_patterns as capture_patterns
 from .config import RunConfig as RunConfig
 from .config import load_config as load_config
 from .monitor import EveryN as EveryN
 from .monitor import LogSchedule as LogSchedule
 from .monitor import Monitor as Monitor
 from .nn import capture as capture
-from .nn import capture_patterns as capture_patterns
 from .store import RunStore as RunStore
 from .store import load_run as load_run
 from .train import Trainer as Trainer

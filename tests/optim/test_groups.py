@@ -175,3 +175,30 @@ def test_unknown_optimizer_name_and_mode():
         ValueError, match=r"^optimizer\.mode must be one of decoupled, l2 \(got 'both'\)$"
     ):
         build_optimizer(model, name="adamw", lr=LR, weight_decay={}, mode="both")
+
+
+def test_roles_of_fused_and_separate_attention_layouts():
+    """torch MHA's packed in_proj_weight and GPT-2's fused c_attn are attention weights."""
+    import transformers
+
+    from dynascope.optim import parameter_roles
+
+    mha = nn.Sequential(nn.MultiheadAttention(12, 3), nn.Linear(12, 4))
+    assert {n: r for n, _, r in parameter_roles(mha)} == {
+        "0.in_proj_weight": "attention",
+        "0.in_proj_bias": "vectors",
+        "0.out_proj.weight": "attention",
+        "0.out_proj.bias": "vectors",
+        "1.weight": "matrices",
+        "1.bias": "vectors",
+    }
+    config = transformers.GPT2Config(
+        vocab_size=11, n_positions=7, n_embd=12, n_layer=1, n_head=3, bos_token_id=0, eos_token_id=0
+    )
+    roles = {n: r for n, _, r in parameter_roles(transformers.GPT2LMHeadModel(config))}
+    assert [n for n, r in roles.items() if r == "attention"] == [
+        "transformer.h.0.attn.c_attn.weight",
+        "transformer.h.0.attn.c_proj.weight",
+    ]
+    assert roles["transformer.h.0.mlp.c_fc.weight"] == "matrices"
+    assert roles["transformer.h.0.attn.c_attn.bias"] == "vectors"

@@ -7,83 +7,73 @@ dynascope's instruments read::
     W_O:           [n_heads, d_head, d_model]
     b_Q, b_K, b_V: [n_heads, d_head] or None
     b_O:           [d_model] or None
+    scale:         score multiplier (scores = scale * q k^T); rotary: RoPE between x @ W_Q and q k^T
 
 The views are tensors that share storage with the model where the source layout allows it;
-treat them as read-only. Each adapter knows its source layout; none guesses from shapes.
-This module knows dynascope's own :class:`dynascope.nn.MultiHeadAttention`; adapters for
-``torch.nn.MultiheadAttention`` and Hugging Face models register themselves with
+treat them as read-only. Each adapter knows its source layout by module class; none guesses
+from shapes. Registered here, in this order:
+
+    dynascope.nn.MultiHeadAttention   its own per-head parameters (the pattern: ``hook_pattern``)
+    torch.nn.MultiheadAttention       ``_torch.py``: packed ``in_proj_weight`` or separate weights
+    transformers.GPT2Attention        ``_hf.py``: fused ``Conv1D`` ``c_attn`` ``[in, out]``
+    transformers.LlamaAttention-like  ``_hf.py``: ``q_proj/k_proj/v_proj/o_proj``, grouped K/V
+
+:func:`capture_patterns` reads every attention pattern: through a ``hook_pattern``
+:class:`~dynascope.nn.CapturePoint` where the module has one, otherwise by recomputing the
+pattern from the inputs a forward pre-hook catches, with the adapter's pattern function (each
+under a parity test against the module's own softmax). Register a new architecture with
 :func:`register_adapter`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn
 
-from dynascope.nn.capture import capture_patterns as capture_patterns
+from dynascope.nn.capture import CapturePoint
+
+from ._hf import gpt2_pattern, gpt2_view, llama_pattern, llama_view
+from ._torch import multihead_attention_pattern, multihead_attention_view
+from ._view import AttentionView as AttentionView
 
 __all__ = [
     "AttentionView",
     "attention_views",
     "capture_patterns",
     "register_adapter",
+    "stack_views",
     "supported_architectures",
 ]
 
-
-@dataclass(frozen=True)
-class AttentionView:
-    """Per-head weights of one attention layer, in the TransformerLens layout.
-
-    Attributes:
-        name: the module's qualified name in the model (``"blocks.0.attn"``).
-        W_Q, W_K, W_V: ``[n_heads, d_model, d_head]``.
-        W_O: ``[n_heads, d_head, d_model]``.
-        b_Q, b_K, b_V: ``[n_heads, d_head]`` or ``None``; b_O: ``[d_model]`` or ``None``.
-        module: the source module (for capture hooks), or ``None``.
-    """
-
-    name: str
-    W_Q: Tensor
-    W_K: Tensor
-    W_V: Tensor
-    W_O: Tensor
-    b_Q: Tensor | None = None
-    b_K: Tensor | None = None
-    b_V: Tensor | None = None
-    b_O: Tensor | None = None
-    module: nn.Module | None = None
-
-    @property
-    def n_heads(self) -> int:
-        return self.W_Q.shape[0]
-
-    @property
-    def d_model(self) -> int:
-        return self.W_Q.shape[1]
-
-    @property
-    def d_head(self) -> int:
-        return self.W_Q.shape[2]
-
-
 # An adapter: (qualified name, module) -> AttentionView, or None if it does not own the module.
 Adapter = Callable[[str, nn.Module], "AttentionView | None"]
+# A pattern function: (fresh view, forward args, forward kwargs) -> [batch, n_heads, q_pos, k_pos].
+PatternFn = Callable[[AttentionView, tuple, dict], Tensor]
 _ADAPTERS: dict[str, Adapter] = {}
+_PATTERNS: dict[str, PatternFn] = {}
 
 
-def register_adapter(architecture: str, adapter: Adapter) -> None:
+def register_adapter(architecture: str, adapter: Adapter, pattern: PatternFn | None = None) -> None:
     """Register ``adapter(name, module) -> AttentionView | None`` under ``architecture``.
 
+    Args:
+        architecture: a unique name, listed in error messages (``"torch.nn.MultiheadAttention"``).
+        adapter: returns the module's view, or ``None`` for modules it does not own. It must
+            recognise its modules by class, never by the shapes of their weights.
+        pattern: optional ``pattern(view, args, kwargs) -> [batch, n_heads, query_pos,
+            key_pos]``, the module's attention pattern recomputed from the inputs of one forward
+            call; :func:`capture_patterns` needs it for modules without a ``hook_pattern``.
     Raises:
         ValueError: if ``architecture`` is already registered.
     """
     if architecture in _ADAPTERS:
         raise ValueError(f"adapter {architecture!r} is already registered")
     _ADAPTERS[architecture] = adapter
+    if pattern is not None:
+        _PATTERNS[architecture] = pattern
 
 
 def supported_architectures() -> list[str]:
@@ -107,19 +97,34 @@ def _dynascope_adapter(name: str, module: nn.Module) -> AttentionView | None:
         b_V=module.b_V,
         b_O=module.b_O,
         module=module,
+        scale=module.scale,
     )
 
 
 register_adapter("dynascope.nn.MultiHeadAttention", _dynascope_adapter)
+register_adapter(
+    "torch.nn.MultiheadAttention", multihead_attention_view, multihead_attention_pattern
+)
+register_adapter("transformers.GPT2Attention", gpt2_view, gpt2_pattern)
+register_adapter("transformers.LlamaAttention-like", llama_view, llama_pattern)
 
 
-def _iter_views(model: nn.Module) -> Iterator[AttentionView]:
+def _owners(model: nn.Module) -> Iterator[tuple[str, nn.Module, str, AttentionView]]:
+    """(qualified name, module, architecture, view) for every module an adapter owns."""
     for name, module in model.named_modules():
-        for adapter in _ADAPTERS.values():
+        for architecture, adapter in _ADAPTERS.items():
             view = adapter(name, module)
             if view is not None:
-                yield view
+                yield name, module, architecture, view
                 break
+
+
+def _not_found(model: nn.Module) -> ValueError:
+    return ValueError(
+        f"no supported attention layer found in {type(model).__name__} "
+        f"(supported: {', '.join(supported_architectures())}; "
+        "register one with dynascope.adapters.register_adapter)"
+    )
 
 
 def attention_views(model: nn.Module) -> list[AttentionView]:
@@ -133,13 +138,9 @@ def attention_views(model: nn.Module) -> list[AttentionView]:
         ValueError: if no supported attention layer is found; the message lists the supported
             architectures and how to register an adapter.
     """
-    views = list(_iter_views(model))
+    views = [view for _, _, _, view in _owners(model)]
     if not views:
-        raise ValueError(
-            f"no supported attention layer found in {type(model).__name__} "
-            f"(supported: {', '.join(supported_architectures())}; "
-            "register one with dynascope.adapters.register_adapter)"
-        )
+        raise _not_found(model)
     return views
 
 
@@ -154,3 +155,97 @@ def stack_views(views: list[AttentionView], field: str) -> Tensor:
     if len(shapes) != 1:
         raise ValueError(f"{field} shapes differ across layers ({sorted(shapes)}); read per layer")
     return torch.stack(tensors)
+
+
+@contextmanager
+def capture_patterns(model: nn.Module) -> Iterator[dict[str, Tensor]]:
+    """Record every attention layer's pattern, keyed by the attention module's qualified name.
+
+    A module with a ``hook_pattern`` :class:`~dynascope.nn.CapturePoint` child (dynascope's own
+    attention) is read through it. Every other module an adapter owns gets a forward pre-hook
+    that catches its inputs and recomputes the pattern with the adapter's pattern function from a
+    freshly read view, under ``torch.no_grad()``; a forward hook files it once the module's
+    forward has succeeded (so the module's own input errors come first). The model's forward is
+    not changed: no monkey-patching, no flags.
+
+    Example::
+
+        with capture_patterns(model) as patterns:
+            model(x)
+        patterns["transformer.h.0.attn"]  # [batch, n_heads, query_pos, key_pos]
+
+    Args:
+        model: any module containing attention layers of a supported architecture.
+    Returns:
+        A context manager yielding a dict layer name -> detached pattern
+        ``[batch, n_heads, query_pos, key_pos]`` from the latest forward pass of that layer
+        (before attention dropout); hooks removed on exit, also when the block raises.
+    Raises:
+        ValueError: if ``model`` has no attention layer of a supported architecture (the message
+            lists them); if an adapter owning one of its layers registered no pattern function.
+            During the block, the pattern function's errors (e.g. a KV cache holding past
+            positions, which the layer's inputs do not show) are raised after the forward.
+    """
+    points: dict[str, CapturePoint] = {}
+    for name, module in model.named_modules():
+        point = getattr(module, "hook_pattern", None)
+        if isinstance(point, CapturePoint):
+            points[name] = point
+    recomputed = {
+        name: (module, architecture)
+        for name, module, architecture, _ in _owners(model)
+        if name not in points
+    }
+    if not points and not recomputed:
+        raise _not_found(model)
+    missing = [f"{n} ({arch})" for n, (_, arch) in recomputed.items() if arch not in _PATTERNS]
+    if missing:
+        raise ValueError(
+            f"no pattern function registered for {', '.join(missing)}; pass "
+            "pattern= to dynascope.adapters.register_adapter"
+        )
+
+    store: dict[str, Tensor] = {}
+    computed: dict[str, Tensor | Exception] = {}
+    handles = []
+
+    def point_hook(name: str):
+        def hook(module: nn.Module, inputs: tuple, output: Tensor) -> None:
+            store[name] = output.detach()
+
+        return hook
+
+    def pre_hook(name: str, architecture: str):
+        adapter, pattern = _ADAPTERS[architecture], _PATTERNS[architecture]
+
+        def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+            try:
+                with torch.no_grad():
+                    computed[name] = pattern(adapter(name, module), args, kwargs).detach()
+            except Exception as error:  # raised after the forward, if the forward succeeds
+                computed[name] = error
+
+        return hook
+
+    def post_hook(name: str):
+        def hook(module: nn.Module, inputs: tuple, output: object) -> None:
+            result = computed.pop(name, None)  # None: a re-entrant call already filed it
+            if isinstance(result, Exception):
+                raise result
+            if result is not None:
+                store[name] = result
+
+        return hook
+
+    try:
+        for name, point in points.items():
+            handles.append(point.register_forward_hook(point_hook(name)))
+        for name, (module, architecture) in recomputed.items():
+            handles.append(
+                module.register_forward_pre_hook(pre_hook(name, architecture), with_kwargs=True)
+            )
+            handles.append(module.register_forward_hook(post_hook(name)))
+        yield store
+    finally:
+        for handle in handles:
+            handle.remove()

@@ -42,6 +42,16 @@ def _attention_ids(model: nn.Module) -> tuple[set[int], set[int]]:
         return set(), set()
     matrices = {id(t) for v in views for t in (v.W_Q, v.W_K, v.W_V, v.W_O)}
     biases = {id(t) for v in views for t in (v.b_Q, v.b_K, v.b_V, v.b_O) if t is not None}
+    # Other layouts (torch MHA's in_proj_weight, GPT-2's fused c_attn, Llama's q_proj...) give
+    # views that are slices or copies of the module's parameters: the module's own parameters
+    # are the attention weights then (matrices: 2-D and up; biases: 1-D).
+    for v in views:
+        if v.module is None:
+            continue
+        for param in v.module.parameters():
+            if id(param) in biases or id(param) in matrices:
+                continue
+            (matrices if param.ndim >= 2 else biases).add(id(param))
     return matrices, biases
 
 
