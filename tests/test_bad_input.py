@@ -341,7 +341,7 @@ CASES = [
     set_(
         "unknown model",
         "model.name=lstm",
-        r"^error: model\.name: Input should be 'transformer' \(got 'lstm'\)$",
+        r"^error: model\.name: unknown model 'lstm' \(allowed: transformer, vit\)$",
     ),
     set_(
         "unknown optimizer",

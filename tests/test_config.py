@@ -30,7 +30,7 @@ BAD = [
         {"model": {"attention": "cosine"}},
         r"^model\.attention: Input should be 'softmax' or 'linear'",
     ),
-    ({"model": {"name": "lstm"}}, r"^model\.name: Input should be 'transformer'"),
+    ({"model": {"name": "lstm"}}, r"^model\.name: unknown model 'lstm' \(allowed: transformer, vit\)$"),
     ({"task": {"name": "sorting"}}, r"^task\.name: unknown task 'sorting' \(allowed: .*char_lm, digits\)"),
     (
         {"task": {"name": "associative_recall", "n_pairs": 20}},

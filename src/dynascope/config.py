@@ -55,6 +55,7 @@ __all__ = [
     "RunConfig",
     "TrainConfig",
     "TransformerConfig",
+    "ViTConfig",
     "WeightDecayConfig",
     "apply_overrides",
     "build_model",
@@ -110,9 +111,32 @@ class TransformerConfig(_Config):
         return self
 
 
+class ViTConfig(_Config):
+    """:class:`dynascope.nn.ViT` for patch tasks (``digits``); d_in, n_patches, d_out: the task."""
+
+    name: Literal["vit"] = "vit"
+    n_layers: _Int = Field(2, ge=1, description="number of encoder blocks")
+    d_model: _Int = Field(32, ge=1, description="residual stream width")
+    n_heads: _Int = Field(2, ge=1, description="attention heads per layer")
+    d_head: _Int | None = Field(None, ge=1, description="head width; default d_model // n_heads")
+    d_mlp: _Int = Field(64, ge=0, description="MLP hidden width; 0 = attention-only")
+    pooling: Literal["cls", "mean"] = "cls"
+    use_bias: bool = True
+    use_ln: bool = True
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> ViTConfig:
+        if self.d_head is None and self.d_model % self.n_heads != 0:
+            raise ValueError(
+                f"n_heads must divide d_model (got d_model={self.d_model}, n_heads={self.n_heads})"
+            )
+        return self
+
+
 # -- the model registry: name -> config class (add a line here and a builder in build_model) --
 MODEL_CONFIGS: dict[str, type[BaseModel]] = {
     "transformer": TransformerConfig,
+    "vit": ViTConfig,
 }
 ModelConfig = (
     Annotated[
@@ -278,6 +302,14 @@ class RunConfig(_Config):
     optimizer: OptimizerConfig = OptimizerConfig()
     train: TrainConfig = TrainConfig()
     monitor: MonitorConfig = MonitorConfig()
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model_defaults_to_transformer(cls, model: Any) -> Any:
+        # `model: {d_model: 64}` without a name means the default model, as before the registry
+        if isinstance(model, dict) and "name" not in model:
+            return {"name": "transformer", **model}
+        return model
 
     @field_validator("name")
     @classmethod
@@ -467,8 +499,37 @@ def build_model(config: ModelConfig, task: Task) -> nn.Module:
     return _MODEL_BUILDERS[config.name](config, task)
 
 
+def _build_vit(config: ViTConfig, task: Task) -> nn.Module:
+    from dynascope.nn import ViT
+
+    if task.input_kind != "vectors" or task.output_kind != "pooled":
+        raise ConfigError(
+            "model.name: vit classifies patch inputs (a task with vector inputs and pooled "
+            f"outputs, e.g. digits; got task {type(task).__name__})"
+        )
+    return ViT(
+        n_layers=config.n_layers,
+        d_model=config.d_model,
+        n_heads=config.n_heads,
+        d_head=config.d_head,
+        d_mlp=config.d_mlp or None,
+        d_in=task.d_in,
+        n_patches=task.n_ctx,
+        d_out=task.d_out,
+        pooling=config.pooling,
+        use_bias=config.use_bias,
+        use_ln=config.use_ln,
+    )
+
+
 def _build_transformer(config: TransformerConfig, task: Task) -> nn.Module:
     from dynascope.nn import Transformer
+
+    if task.output_kind != "sequence":
+        raise ConfigError(
+            "model.name: transformer predicts at every position; task "
+            f"{type(task).__name__} wants one output per input (use model.name=vit)"
+        )
 
     return Transformer(
         n_layers=config.n_layers,
@@ -491,4 +552,5 @@ def _build_transformer(config: TransformerConfig, task: Task) -> nn.Module:
 # name -> builder(config, task); one line per entry of MODEL_CONFIGS
 _MODEL_BUILDERS: dict[str, Any] = {
     "transformer": _build_transformer,
+    "vit": _build_vit,
 }

@@ -7,6 +7,7 @@ from .capture import capture_patterns as capture_patterns
 from .transformer import MLP as MLP
 from .transformer import Transformer as Transformer
 from .transformer import TransformerBlock as TransformerBlock
+from .vit import ViT as ViT
 
 __all__ = [
     "MLP",
@@ -14,6 +15,7 @@ __all__ = [
     "MultiHeadAttention",
     "Transformer",
     "TransformerBlock",
+    "ViT",
     "capture",
     "capture_patterns",
 ]
