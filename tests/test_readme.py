@@ -38,3 +38,54 @@ def test_instruments_snippet_runs_and_commits_every_due_step(tmp_path, monkeypat
     logged = sorted(run.scalar("qk.mean.effective_rank").index)
     assert logged == sorted(ds.LogSchedule(20, 30).steps)
     assert logged[0] == 0 and logged[-1] == 20
+
+
+def test_capture_snippet_runs_on_a_tiny_gpt2():
+    import transformers
+
+    code = _block_after("**Models the instruments read.**")
+    config = transformers.GPT2Config(
+        vocab_size=11, n_positions=7, n_embd=12, n_layer=2, n_head=3, bos_token_id=0, eos_token_id=0
+    )
+    code = code.replace(
+        'transformers.GPT2LMHeadModel.from_pretrained("gpt2")',
+        "transformers.GPT2LMHeadModel(config)",
+    )
+    namespace = {
+        "ds": ds,
+        "torch": torch,
+        "transformers": transformers,
+        "config": config,
+        "input_ids": torch.randint(0, 11, (2, 7), generator=torch.Generator().manual_seed(0)),
+    }
+    exec(compile(code, str(README), "exec"), namespace)
+    p = namespace["p"]
+    assert p.shape == (2, 3, 7, 7)
+    entropy = ds.probes.attention_entropy(p, torch.ones(7, 7, dtype=torch.bool).tril())
+    assert entropy.shape == (2, 3, 7) and bool((entropy[..., 0] == 0).all())  # one key: 0 nats
+
+
+def test_probe_table_names_real_probes_and_keys(tmp_path):
+    """Every probe in the README table is registered, and its example keys are logged."""
+    text = README.read_text()
+    table = text[text.index("**Probes**") : text.index("`ds.probes.detect_slingshots")]
+    rows = [r for r in table.splitlines() if r.startswith("| `")]
+    names = [n for r in rows for n in re.findall(r"`([a-z_]+)`", r.split("|")[1])]
+    keys = [k for r in rows for k in re.findall(r"`([^`]+)`", r.split("|")[2])]
+    assert sorted(names) == sorted(ds.probes.PROBES)
+    config = ds.config.validate_config(
+        {
+            "model": {"n_layers": 2, "d_model": 12, "n_heads": 3, "d_mlp": 8},
+            "task": {"name": "associative_recall", "n_keys": 6, "n_values": 5, "n_pairs": 3},
+            "train": {"steps": 2, "batch_size": 4, "eval_every": 2},
+            "monitor": {"probes": names, "schedule": "every", "every": 1},
+        }
+    )
+    ds.train.Trainer(config, tmp_path / "r").run()
+    run = ds.load_run(tmp_path / "r")
+    logged = set(run.scalars["key"])
+    for key in keys:
+        if key.endswith("singular_values"):
+            run.tensors(key)  # raises KeyError if absent
+        else:
+            assert key in logged, key
