@@ -341,7 +341,7 @@ CASES = [
     set_(
         "unknown model",
         "model.name=lstm",
-        r"^error: model\.name: unknown model 'lstm' \(allowed: transformer, vit\)$",
+        r"^error: model\.name: unknown model 'lstm' \(allowed: transformer, vit, fcn\)$",
     ),
     set_(
         "unknown optimizer",
@@ -450,7 +450,8 @@ CASES = [
     case(
         "unknown study",
         ("study", "run", "nope"),
-        rf"^error: unknown study 'nope' \(allowed: {STUDY}\)$",
+        r"^error: unknown study 'nope' \(allowed: autoencoder-greedy-rank, gradual-rank, "
+        r"sigma-reparam-entropy, slingshot, weight-decay-low-rank\)$",
     ),
     case(
         "unknown preset",

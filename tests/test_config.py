@@ -30,8 +30,14 @@ BAD = [
         {"model": {"attention": "cosine"}},
         r"^model\.attention: Input should be 'softmax' or 'linear'",
     ),
-    ({"model": {"name": "lstm"}}, r"^model\.name: unknown model 'lstm' \(allowed: transformer, vit\)$"),
-    ({"task": {"name": "sorting"}}, r"^task\.name: unknown task 'sorting' \(allowed: .*char_lm, digits\)"),
+    (
+        {"model": {"name": "lstm"}},
+        r"^model\.name: unknown model 'lstm' \(allowed: transformer, vit, fcn\)$",
+    ),
+    (
+        {"task": {"name": "sorting"}},
+        r"^task\.name: unknown task 'sorting' \(allowed: .*char_lm, digits\)",
+    ),
     (
         {"task": {"name": "associative_recall", "n_pairs": 20}},
         r"n_pairs must be <= n_keys \(got n_pairs=20, n_keys=16\)",

@@ -46,6 +46,7 @@ __all__ = [
     "AssociativeRecallConfig",
     "CharLMConfig",
     "DigitsConfig",
+    "FCNConfig",
     "MODEL_CONFIGS",
     "TASKS",
     "ConfigError",
@@ -101,6 +102,15 @@ class TransformerConfig(_Config):
     is_causal: bool = True
     use_bias: bool = False
     use_ln: bool = True
+    sigma_reparam: bool = Field(
+        False, description="σReparam every linear map (dynascope.nn.reparam); LN-free: use_ln=false"
+    )
+    sigma_reparam_scope: Literal["per_matrix", "per_head"] = Field(
+        "per_matrix", description="one σ per W_Q/W_K/W_V/W_O, or one per head"
+    )
+    sigma_reparam_gamma_init: Literal["sigma0", "one"] = Field(
+        "sigma0", description="γ₀ = σ(W₀) (Ŵ = W at init) or 1"
+    )
 
     @model_validator(mode="after")
     def _heads_divide(self) -> TransformerConfig:
@@ -123,6 +133,15 @@ class ViTConfig(_Config):
     pooling: Literal["cls", "mean"] = "cls"
     use_bias: bool = True
     use_ln: bool = True
+    sigma_reparam: bool = Field(
+        False, description="σReparam every linear map (dynascope.nn.reparam); LN-free: use_ln=false"
+    )
+    sigma_reparam_scope: Literal["per_matrix", "per_head"] = Field(
+        "per_matrix", description="one σ per W_Q/W_K/W_V/W_O, or one per head"
+    )
+    sigma_reparam_gamma_init: Literal["sigma0", "one"] = Field(
+        "sigma0", description="γ₀ = σ(W₀) (Ŵ = W at init) or 1"
+    )
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ViTConfig:
@@ -133,10 +152,22 @@ class ViTConfig(_Config):
         return self
 
 
+class FCNConfig(_Config):
+    """:class:`dynascope.nn.fcn.FCN` for vector tasks with pooled outputs (``digits``); the input
+    width (``n_ctx * d_in``, patches flattened) and ``d_out`` come from the task."""
+
+    name: Literal["fcn"] = "fcn"
+    hidden: list[Annotated[_Int, Field(ge=1)]] = Field(
+        default_factory=lambda: [256, 256], description="hidden widths; [] = linear classifier"
+    )
+    activation: Literal["relu", "gelu", "tanh"] = "relu"
+
+
 # -- the model registry: name -> config class (add a line here and a builder in build_model) --
 MODEL_CONFIGS: dict[str, type[BaseModel]] = {
     "transformer": TransformerConfig,
     "vit": ViTConfig,
+    "fcn": FCNConfig,
 }
 ModelConfig = (
     Annotated[
@@ -507,7 +538,7 @@ def _build_vit(config: ViTConfig, task: Task) -> nn.Module:
             "model.name: vit classifies patch inputs (a task with vector inputs and pooled "
             f"outputs, e.g. digits; got task {type(task).__name__})"
         )
-    return ViT(
+    model = ViT(
         n_layers=config.n_layers,
         d_model=config.d_model,
         n_heads=config.n_heads,
@@ -520,6 +551,7 @@ def _build_vit(config: ViTConfig, task: Task) -> nn.Module:
         use_bias=config.use_bias,
         use_ln=config.use_ln,
     )
+    return _sigma_reparam(config, model)
 
 
 def _build_transformer(config: TransformerConfig, task: Task) -> nn.Module:
@@ -531,7 +563,7 @@ def _build_transformer(config: TransformerConfig, task: Task) -> nn.Module:
             f"{type(task).__name__} wants one output per input (use model.name=vit)"
         )
 
-    return Transformer(
+    model = Transformer(
         n_layers=config.n_layers,
         d_model=config.d_model,
         n_heads=config.n_heads,
@@ -547,10 +579,34 @@ def _build_transformer(config: TransformerConfig, task: Task) -> nn.Module:
         use_bias=config.use_bias,
         use_ln=config.use_ln,
     )
+    return _sigma_reparam(config, model)
+
+
+def _sigma_reparam(config: TransformerConfig | ViTConfig, model: nn.Module) -> nn.Module:
+    """σReparam ``model``'s linear maps when ``config.sigma_reparam`` (S12); else ``model``."""
+    if not config.sigma_reparam:
+        return model
+    from dynascope.nn.reparam import convert_to_sigma_reparam
+
+    return convert_to_sigma_reparam(
+        model, scope=config.sigma_reparam_scope, gamma_init=config.sigma_reparam_gamma_init
+    )
+
+
+def _build_fcn(config: FCNConfig, task: Task) -> nn.Module:
+    from dynascope.nn.fcn import FCN
+
+    if task.input_kind != "vectors" or task.output_kind != "pooled":
+        raise ConfigError(
+            "model.name: fcn classifies vector inputs (a task with vector inputs and pooled "
+            f"outputs, e.g. digits; got task {type(task).__name__})"
+        )
+    return FCN(task.n_ctx * task.d_in, config.hidden, task.d_out, activation=config.activation)
 
 
 # name -> builder(config, task); one line per entry of MODEL_CONFIGS
 _MODEL_BUILDERS: dict[str, Any] = {
     "transformer": _build_transformer,
     "vit": _build_vit,
+    "fcn": _build_fcn,
 }

@@ -24,6 +24,10 @@ from .delta import delta_qk_factors as delta_qk_factors
 from .delta import delta_qk_singular_values as delta_qk_singular_values
 from .delta import normalized_spectrum as normalized_spectrum
 from .delta import snapshot_views as snapshot_views
+from .latent import latent_covariance as latent_covariance
+from .latent import latent_covariance_spectrum as latent_covariance_spectrum
+from .latent import latent_effective_rank as latent_effective_rank
+from .latent import latent_rank as latent_rank
 from .norms import GradientNorms as GradientNorms
 from .norms import LastLayerNorm as LastLayerNorm
 from .norms import ParameterGroupNorms as ParameterGroupNorms

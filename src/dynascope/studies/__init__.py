@@ -13,9 +13,22 @@ from .base import Verdict as Verdict
 
 
 def _registry() -> dict[str, Study]:
+    from .autoencoder_greedy_rank import STUDY as autoencoder_greedy_rank
+    from .gradual_rank import STUDY as gradual_rank
+    from .sigma_reparam_entropy import STUDY as sigma_reparam_entropy
+    from .slingshot import STUDY as slingshot
     from .weight_decay_low_rank import STUDY as weight_decay_low_rank
 
-    return {s.name: s for s in (weight_decay_low_rank,)}
+    return {
+        s.name: s
+        for s in (
+            autoencoder_greedy_rank,
+            gradual_rank,
+            sigma_reparam_entropy,
+            slingshot,
+            weight_decay_low_rank,
+        )
+    }
 
 
 def names() -> list[str]:

@@ -3,6 +3,7 @@
 from .associative_recall import AssociativeRecall as AssociativeRecall
 from .base import Task as Task
 from .char_lm import CharLM as CharLM
+from .diagonal_teacher import DiagonalAttentionTeacher as DiagonalAttentionTeacher
 from .digits import Digits as Digits
 from .linear_regression import InContextLinearRegression as InContextLinearRegression
 from .matrix_factorization import MatrixFactorization as MatrixFactorization
@@ -10,6 +11,7 @@ from .matrix_factorization import MatrixFactorization as MatrixFactorization
 __all__ = [
     "AssociativeRecall",
     "CharLM",
+    "DiagonalAttentionTeacher",
     "Digits",
     "InContextLinearRegression",
     "MatrixFactorization",

@@ -1,0 +1,211 @@
+"""Study gradual-rank: the detectors, analyze on hand-built stores, presets, the toy runner, and
+the smoke preset end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from dynascope import studies
+from dynascope.store import RunStore, load_run
+from dynascope.studies.gradual_rank import (
+    STUDY,
+    DiagonalToyConfig,
+    active_counts,
+    analyze,
+    build_runs,
+    find_drops,
+    plateaus,
+    rescaled_time,
+    run_diagonal_toy,
+)
+from dynascope.tasks import DiagonalAttentionTeacher
+
+CLAIMS = ["t1", "t2", "t3", "v1-rise", "v1-end"]
+
+
+def _sigmoid(z):
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+# -- detectors --------------------------------------------------------------------------------
+def test_rescaled_time_is_lr_t_over_log_inverse_alpha():
+    tau = rescaled_time(np.array([0, 100, 1000]), 0.05, 1e-2)
+    np.testing.assert_allclose(tau, [0.0, 5 / math.log(100), 50 / math.log(100)], rtol=1e-15)
+    with pytest.raises(ValueError, match=r"alpha must lie in \(0, 1\)"):
+        rescaled_time(np.arange(3), 0.05, 1.0)
+
+
+def test_find_drops_locates_sharp_drops_and_ignores_slow_decay():
+    """Hand-built: log-loss = −2·Σ_k σ((τ − T_k)/0.2) with T = 10, 20, 30, plus a slow decay
+    (1% per unit τ) that never falls 30% within 5% of τ."""
+    tau = np.linspace(0, 40, 4001)
+    log_loss = -2 * sum(_sigmoid((tau - t) / 0.2) for t in (10, 20, 30)) - 0.01 * tau
+    drops = find_drops(tau, np.exp(log_loss))
+    assert len(drops) == 3
+    np.testing.assert_allclose([tau[s] for _, _, s in drops], [10, 20, 30], atol=0.02)
+    spans = plateaus(len(tau), drops)
+    assert len(spans) == 4 and spans[0][0] == 0 and spans[-1][1] == len(tau) - 1
+    assert find_drops(tau, np.exp(-0.01 * tau)) == []
+    # an absolute window of 0.05 is too short for these drops: a 2-nat drop spread over
+    # Δτ ≈ 1 falls ~ 20% within 0.05 (S10's literal window; see the study docstring)
+    assert find_drops(tau, np.exp(log_loss), rel_window=None, abs_window=0.05) == []
+    with pytest.raises(ValueError, match="exactly one of rel_window, abs_window"):
+        find_drops(tau, np.exp(log_loss), abs_window=0.05)
+    with pytest.raises(ValueError, match="tau and loss must be 1-d of one length"):
+        find_drops(tau, np.exp(log_loss)[:-1])
+
+
+def test_a_drop_that_runs_to_the_end_leaves_no_empty_final_plateau():
+    tau = np.linspace(0, 10, 1001)
+    loss = np.exp(-2 * _sigmoid((tau - 5) / 0.2) - np.where(tau > 8, 3 * (tau - 8), 0))
+    drops = find_drops(tau, loss)
+    assert drops[-1][1] == len(tau) - 1
+    assert len(plateaus(len(tau), drops)) == len(drops)
+
+
+def test_active_counts_threshold_is_ten_alpha_from_the_initial_value():
+    values = np.array([[0.001, 0.0, -0.002], [0.0115, 0.5, -0.002], [0.05, 0.5, 1.0]])
+    np.testing.assert_array_equal(active_counts(values, 1e-3), [0, 2, 3])
+    np.testing.assert_array_equal(active_counts(values, 1e-2), [0, 1, 2])
+
+
+# -- analyze on hand-built stores -------------------------------------------------------------
+STAGES = (10.0, 20.0, 30.0)
+
+
+def _toy_store(path, *, ov_second_with_first: bool = False):
+    """A toy run whose traces are smooth steps in τ at ``STAGES`` (the same for both α): loss
+    falls 2 nats at each stage; entry k of qk and ov switches on at stage k (ov entry 1 with
+    entry 0 when ``ov_second_with_first``)."""
+    cfg = DiagonalToyConfig(
+        n_ctx=4, d_model=4, n_seq=4, alphas=[1e-2, 1e-3], steps=6000, log_every=10
+    )
+    c = np.array([2.0, 1.0, 0.5, 0.0])
+    with RunStore(path) as store:
+        store.write_config(cfg.model_dump(mode="json"))
+        for step in range(0, cfg.steps + 1, cfg.log_every):
+            tau = np.array([rescaled_time(np.array(step), cfg.lr, a) for a in cfg.alphas])
+            on = np.stack([_sigmoid((tau - t) / 0.2) for t in STAGES], axis=1)  # [α, 3]
+            loss = np.exp(-2 * on.sum(axis=1))
+            qk = np.zeros((2, 4))
+            qk[:, :3] = c[:3] * on
+            ov = qk.copy()
+            if ov_second_with_first:
+                ov[:, 1] = c[1] * on[:, 0]
+            store.log(
+                step,
+                {"loss": torch.tensor(loss), "qk": torch.tensor(qk), "ov": torch.tensor(ov)},
+            )
+        store.set_status(cfg.steps, "finished")
+    return load_run(path)
+
+
+def _vit_store(path, srank_by_layer: list[list[float]]):
+    steps = [0, 1, 2, 4, 8, 16, 32, 64, 128, 256]
+    with RunStore(path) as store:
+        store.write_config(
+            {"name": path.name, "model": {"name": "vit", "n_layers": 2, "d_model": 32,
+                                          "n_heads": 2, "d_head": None}}
+        )  # fmt: skip
+        for k, step in enumerate(steps):
+            row = {"val.accuracy": 0.9}
+            for layer, sranks in enumerate(srank_by_layer):
+                value = 0.0 if step == 0 else sranks[k - 1]
+                for product in ("dqk", "dov"):
+                    row[f"L{layer}.{product}.mean.stable_rank"] = value
+                    row[f"L{layer}.{product}.std.stable_rank"] = 0.1
+            store.log(step, row)
+        store.set_status(steps[-1], "finished")
+    return load_run(path)
+
+
+def test_analyze_on_hand_built_stores_gives_the_known_verdicts(tmp_path):
+    rising = [1.0, 1.2, 1.5, 1.7, 2.0, 2.2, 2.5, 2.8, 3.0]  # ends at 3 <= d_head/4 = 4
+    runs = {
+        "toy": _toy_store(tmp_path / "toy"),
+        "vit_s0": _vit_store(tmp_path / "vit_s0", [rising, [r / 2 for r in rising]]),
+    }
+    analysis = analyze(runs, tmp_path / "figures")
+    by_name = {v.claim.split(":")[0]: v for v in analysis.verdicts}
+    assert list(by_name) == CLAIMS
+    assert by_name["t1"].measured == 4 and by_name["t1"].passed  # 3 drops, 4 plateaus
+    assert by_name["t2"].measured == 1 and by_name["t2"].passed  # 0 → 1 → 2 → 3
+    assert by_name["t3"].measured < 0.01 and by_name["t3"].passed  # same stages in τ
+    assert by_name["v1-rise"].measured == pytest.approx(1.0) and by_name["v1-rise"].passed
+    assert by_name["v1-end"].measured == pytest.approx(3.0 / 16) and by_name["v1-end"].passed
+    assert all(p.is_file() for p in analysis.figures) and len(analysis.figures) == 4
+
+
+def test_analyze_reports_a_double_switch_on_and_a_falling_rank_as_failures(tmp_path):
+    falling = [9.0, 8.5, 8.0, 7.5, 7.0, 6.5, 6.0, 5.5, 5.0]  # ρ = −1, ends at 5 > 4
+    runs = {
+        "toy": _toy_store(tmp_path / "toy", ov_second_with_first=True),
+        "vit_s0": _vit_store(tmp_path / "vit_s0", [[1, 2, 3, 3, 3, 3, 3, 3, 3], falling]),
+    }
+    by_name = {v.claim.split(":")[0]: v for v in analyze(runs, tmp_path / "f").verdicts}
+    assert by_name["t2"].measured == 2 and not by_name["t2"].passed
+    assert by_name["v1-rise"].measured == pytest.approx(-1.0) and not by_name["v1-rise"].passed
+    assert by_name["v1-end"].measured == pytest.approx(5.0 / 16) and not by_name["v1-end"].passed
+    assert by_name["t1"].passed and by_name["t3"].passed
+
+
+# -- the runner, presets, smoke end to end ----------------------------------------------------
+def test_toy_runner_logs_the_teachers_loss_and_gd_trajectory(tmp_path):
+    cfg = DiagonalToyConfig(n_ctx=3, d_model=4, n_seq=5, alphas=[0.5, 0.1], steps=7, log_every=3)
+    run_diagonal_toy(cfg, tmp_path / "toy")
+    run = load_run(tmp_path / "toy")
+    assert run.status == "finished"
+    steps, loss = run.tensors("loss")
+    np.testing.assert_array_equal(steps, [0, 3, 6, 7])
+    task = DiagonalAttentionTeacher(n_ctx=3, d_model=4, n_seq=5, seed=0)
+    alphas = torch.tensor(cfg.alphas, dtype=torch.float64)
+    w = task.init_weights(alphas, torch.Generator().manual_seed(1))
+    expected = {}
+    for step in range(8):
+        expected[step] = (task.loss(w), w[:, 0] * w[:, 1])
+        w, _ = task.gradient_step(w, cfg.lr)
+    for k, step in enumerate(steps):
+        np.testing.assert_allclose(loss[k], expected[step][0].numpy(), rtol=0, atol=1e-15)
+        np.testing.assert_allclose(run.tensors("qk")[1][k], expected[step][1].numpy(), atol=1e-15)
+
+
+def test_presets_validate_and_fast_matches_s10():
+    assert "gradual-rank" in studies.names()
+    assert studies.get("gradual-rank") is STUDY
+    for name in ("smoke", "fast", "paper"):
+        specs = build_runs(STUDY.preset(name))
+        assert specs[0].name == "toy" and specs[1].name == "vit_s0"
+    toy = STUDY.preset("fast").toy
+    assert (toy.n_ctx, toy.d_model, toy.n_seq, toy.lr) == (8, 8, 256, 0.05)
+    assert toy.alphas == [1e-1, 1e-2, 1e-3] and toy.strengths == [2.0, 1.0, 0.5]
+    assert toy.steps <= 20_000
+    vit = STUDY.preset("fast").vit
+    assert (vit.model.name, vit.model.n_layers, vit.model.d_model, vit.model.n_heads) == (
+        "vit", 2, 32, 2,
+    )  # fmt: skip
+    assert (vit.optimizer.name, vit.optimizer.lr, vit.train.batch_size) == ("adam", 1e-3, 128)
+    assert vit.monitor.probes == ["delta_spectrum"] and vit.monitor.schedule == "log"
+    assert [s.name for s in build_runs(STUDY.preset("paper"))] == ["toy", "vit_s0", "vit_s1",
+                                                                   "vit_s2"]  # fmt: skip
+    with pytest.raises(ValueError, match=r"alphas must be non-empty, each in \(0, 1\)"):
+        DiagonalToyConfig(alphas=[1.0])
+
+
+def test_smoke_preset_end_to_end(tmp_path):
+    outcome = studies.get("gradual-rank").run(preset="smoke", out=tmp_path)
+    data = json.loads((tmp_path / "verdict.json").read_text(), parse_constant=pytest.fail)
+    assert data["study"] == "gradual-rank" and data["preset"] == "smoke"
+    assert [c["claim"].split(":")[0] for c in data["claims"]] == CLAIMS
+    for claim in data["claims"]:  # computed; null = not measurable at smoke size (one α: t3)
+        assert claim["measured"] is None or isinstance(claim["measured"], float)
+        assert isinstance(claim["passed"], bool)
+    assert [r["status"] for r in data["runs"]] == ["finished", "finished"]
+    figures = sorted(p.name for p in (tmp_path / "figures").glob("*.png"))
+    assert figures == ["toy_entries.png", "toy_loss.png", "vit_delta_spectra.png", "vit_srank.png"]
+    assert (tmp_path / "report.html").read_text().count("data:image/png;base64") == 4
+    assert outcome.passed == all(c["passed"] for c in data["claims"])

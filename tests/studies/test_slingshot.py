@@ -1,0 +1,199 @@
+"""Study slingshot: analysis on hand-built stores with planted cycles, presets, smoke end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from dynascope import studies
+from dynascope.store import RunStore, load_run
+from dynascope.studies.slingshot import (
+    FAST_STEPS,
+    STUDY,
+    DetectorConfig,
+    analyze,
+    build_runs,
+    run_cycles,
+)
+
+N_TRAIN = 50  # the smoke preset's training set: armed once loss < ln 2 / 50 ≈ 0.0139
+
+
+def _planted(steps: int, onsets: list[int], *, growth=3e-3, rise=300, spike=5):
+    """Loss and last-layer norm with a slingshot cycle planted at each onset.
+
+    The loss falls from 2.3 to 1e-6 by step 200 and stays there; at each onset the norm grows
+    at ``growth`` per step for ``rise`` steps, then the loss jumps to 1.0 for ``spike`` steps and
+    the norm stays flat (the plateau).
+    """
+    t = np.arange(steps + 1)
+    loss = np.maximum(2.3 * np.exp(-t / 14.0), 1e-6)
+    log_norm = np.zeros(steps + 1)
+    for onset in onsets:
+        ramp = np.clip(t - onset, 0, rise) * growth
+        log_norm += ramp
+        loss[onset + rise : onset + rise + spike] = 1.0
+    return t, loss, 2.0 * np.exp(log_norm)
+
+
+def _write_run(root, spec, loss, norm, val=None, status="finished"):
+    with RunStore(root / spec.name) as store:
+        store.write_config(spec.config.model_dump(mode="json"))
+        for step in range(len(loss)):
+            row = {"last_layer.norm": float(norm[step])}
+            if step > 0:
+                row["train.loss"] = float(loss[step])
+            if val is not None and step % 100 == 0:
+                row["val.accuracy"] = float(val[step])
+            store.log(step, row)
+        store.set_status(len(loss) - 1, status)
+    return load_run(root / spec.name)
+
+
+def _store(tmp_path, plant: dict[str, list[int]], val=None, steps=4000, seeds=1):
+    specs = build_runs(STUDY.preset("smoke").model_copy(update={"seeds": seeds}))
+    runs = {}
+    for spec in specs:
+        _, loss, norm = _planted(steps, plant.get(spec.name, []))
+        runs[spec.name] = _write_run(tmp_path / "runs", spec, loss, norm, val)
+    return runs
+
+
+def test_planted_cycles_are_counted_and_the_verdicts_follow(tmp_path):
+    runs = _store(
+        tmp_path,
+        {"adam_eps1e-08_s0": [500, 1500, 2500], "adam_eps0.0001_s0": [1000]},
+    )
+    cycles, series = run_cycles(runs["adam_eps1e-08_s0"])
+    assert len(cycles) == 3
+    assert [c.spike_step for c in cycles] == [800, 1800, 2800]
+    for i, (c, onset) in enumerate(zip(cycles, (500, 1500, 2500), strict=True)):
+        assert onset <= c.start_step < c.spike_step < c.end_step < onset + 1000
+        # the ramp is complete at the spike and the norm flat after: 2 e^{0.9 (i + 1)}
+        assert c.norm_spike == pytest.approx(2.0 * math.exp(0.9 * (i + 1)), rel=1e-6)
+        assert c.norm_end == pytest.approx(c.norm_spike, rel=1e-6)
+        assert c.norm_ratio > 1.5 and c.spike_magnitude == pytest.approx(1e6, rel=1e-6)
+    assert series["steps"][0] == 1  # step 0 has a norm but no training loss
+    analysis = analyze(runs, tmp_path)
+    by_id = {v.claim.split(":")[0]: v for v in analysis.verdicts}
+    assert list(by_id) == ["s1", "s2", "s3"]  # no grokking, no g1
+    assert (by_id["s1"].measured, by_id["s1"].passed) == (3.0, True)
+    assert (by_id["s2"].measured, by_id["s2"].passed) == (0.0, True)
+    assert (by_id["s3"].measured, by_id["s3"].passed) == (2.0, True)
+    assert all(p.is_file() for p in analysis.figures)
+    assert len(analysis.tables["detected cycles"]) == 4
+
+
+def test_verdicts_take_the_median_over_seeds(tmp_path):
+    plant = {
+        "adam_eps1e-08_s0": [500, 1500, 2500],
+        "adam_eps1e-08_s1": [1500],
+        "adam_eps1e-08_s2": [500, 2500],
+        "adam_eps0.0001_s0": [1000],
+    }
+    runs = _store(tmp_path, plant, seeds=3, steps=3500)
+    assert {r.config["seed"] for r in runs.values()} == {0, 1, 2}
+    verdicts = {v.claim.split(":")[0]: v for v in analyze(runs, tmp_path).verdicts}
+    assert verdicts["s1"].measured == 2.0  # median of 3, 1, 2
+    assert verdicts["s2"].measured == 0.0
+    assert verdicts["s3"].measured == 2.0  # median of 3 - 1, 1 - 0, 2 - 0
+
+
+def test_flat_series_have_no_cycle_and_sgd_cycles_fail_s2(tmp_path):
+    runs = _store(tmp_path, {"sgd_lr0.1_s0": [1000]})
+    verdicts = {v.claim.split(":")[0]: v for v in analyze(runs, tmp_path).verdicts}
+    assert (verdicts["s1"].measured, verdicts["s1"].passed) == (0.0, False)
+    assert (verdicts["s2"].measured, verdicts["s2"].passed) == (1.0, False)
+    assert (verdicts["s3"].measured, verdicts["s3"].passed) == (0.0, False)
+    assert "not measurable" in verdicts["s3"].detail
+
+
+def test_spikes_before_the_training_set_is_fit_do_not_count(tmp_path):
+    """Armed only once loss < ln 2 / n_train (100 % training accuracy certified)."""
+    specs = build_runs(STUDY.preset("smoke"))
+    t, loss, norm = _planted(3000, [1000])
+    loss = np.maximum(loss, 0.1)  # never below ln 2 / 50: never armed
+    run = _write_run(tmp_path, specs[0], loss, norm)
+    assert run_cycles(run)[0] == []
+    assert len(run_cycles(run, DetectorConfig(arm_loss_factor=1.0))[0]) == 0
+
+
+def test_losses_below_float32_resolution_are_not_spikes(tmp_path):
+    """A float32 loss that reaches exact 0 and jitters at 1e-9 plants no cycle."""
+    specs = build_runs(STUDY.preset("smoke"))
+    t, loss, norm = _planted(3000, [])
+    loss[1000:] = np.where(np.arange(2001) % 7 == 0, 6e-10, 0.0)
+    norm = norm * np.exp(2e-3 * np.clip(t - 900, 0, 200))  # growth, yet no real spike
+    run = _write_run(tmp_path, specs[0], loss, norm)
+    assert run_cycles(run)[0] == []
+
+
+def test_grokking_near_an_onset_adds_g1(tmp_path):
+    val = np.where(np.arange(4001) >= 1600, 0.97, 0.8)  # groks at 1600, onset of cycle 2 ~1500
+    runs = _store(tmp_path, {"adam_eps1e-08_s0": [500, 1500, 2500]}, val=val)
+    verdicts = {v.claim.split(":")[0]: v for v in analyze(runs, tmp_path).verdicts}
+    g1 = verdicts["g1"]
+    assert g1.passed and 0 < g1.measured < 1
+
+
+def test_grokking_without_a_cycle_fails_g1(tmp_path):
+    val = np.where(np.arange(4001) >= 1600, 0.97, 0.8)
+    runs = _store(tmp_path, {}, val=val)
+    g1 = {v.claim.split(":")[0]: v for v in analyze(runs, tmp_path).verdicts}["g1"]
+    assert math.isnan(g1.measured) and not g1.passed
+
+
+def test_presets_validate_and_conditions_differ_only_in_the_optimizer():
+    assert "slingshot" in studies.names()
+    assert studies.get("slingshot") is STUDY
+    for name, n_runs in (("smoke", 3), ("fast", 3), ("paper", 15)):
+        specs = build_runs(STUDY.preset(name))
+        assert len(specs) == n_runs
+        assert len({s.name for s in specs}) == n_runs
+    paper = build_runs(STUDY.preset("paper"), seed=5)  # --seed moves the seeds, not the names
+    assert {s.config.seed for s in paper} == {5, 6, 7}
+    assert {s.name.rsplit("_", 1)[1] for s in paper} == {"s0", "s1", "s2"}
+    assert sorted({s.config.optimizer.eps for s in paper if s.config.optimizer.name == "adam"}) == [
+        1e-8,
+        1e-6,
+        1e-5,
+        1e-4,
+    ]
+    assert {s.config.train.steps for s in paper} == {50_000}
+    specs = {s.name: s.config for s in build_runs(STUDY.preset("fast"), seed=2)}
+    assert sorted(specs) == ["adam_eps0.0001_s0", "adam_eps1e-08_s0", "sgd_lr0.1_s0"]
+    adam, control, sgd = (
+        specs[n] for n in ("adam_eps1e-08_s0", "adam_eps0.0001_s0", "sgd_lr0.1_s0")
+    )
+    assert (adam.optimizer.name, adam.optimizer.lr, adam.optimizer.eps) == ("adam", 1e-3, 1e-8)
+    assert (control.optimizer.name, control.optimizer.eps) == ("adam", 1e-4)
+    assert (sgd.optimizer.name, sgd.optimizer.lr, sgd.optimizer.momentum) == ("sgd", 0.1, 0.0)
+    strip = {"name": "x", "optimizer": None}
+    assert adam.model_copy(update=strip) == control.model_copy(update=strip)
+    assert adam.model_copy(update=strip) == sgd.model_copy(update=strip)
+    assert adam.seed == 2 and adam.train.steps == FAST_STEPS and adam.train.log_every == 1
+    assert adam.model.hidden == [256, 256] and adam.task.n_train == 200
+    assert adam.train.batch_size >= 1597  # full batch: the whole training and validation splits
+    assert adam.monitor.probes == ["last_layer_norm"] and adam.monitor.every == 1
+
+
+def test_smoke_preset_end_to_end(tmp_path):
+    outcome = studies.get("slingshot").run(preset="smoke", out=tmp_path)
+    data = json.loads((tmp_path / "verdict.json").read_text(), parse_constant=pytest.fail)
+    assert data["study"] == "slingshot" and data["preset"] == "smoke"
+    assert [c["claim"].split(":")[0] for c in data["claims"]][:3] == ["s1", "s2", "s3"]
+    for claim in data["claims"]:
+        assert claim["measured"] is None or isinstance(claim["measured"], float)
+        assert isinstance(claim["passed"], bool)
+    assert all(r["status"] == "finished" for r in data["runs"])
+    assert sorted(p.name for p in (tmp_path / "figures").glob("*.png")) == [
+        "norm_loss.png",
+        "val_accuracy.png",
+    ]
+    assert (tmp_path / "report.html").read_text().count("data:image/png;base64") == 2
+    run = load_run(tmp_path / "runs" / "adam_eps1e-08_s0")
+    assert len(run.scalar("train.loss")) == 500 and len(run.scalar("last_layer.norm")) == 501
+    assert outcome.passed == all(c["passed"] for c in data["claims"])
