@@ -56,7 +56,9 @@ def conf(id: str, text: str | bytes, pattern: str, **kwargs):
     return case(id, RUN, pattern, config=text, **kwargs)
 
 
-ALLOWED_TASKS = r"\(allowed: associative_recall, linear_regression, char_lm, digits\)"
+ALLOWED_TASKS = (
+    r"\(allowed: associative_recall, linear_regression, char_lm, digits, modular_arithmetic\)"
+)
 
 CASES = [
     # -- the config file itself ------------------------------------------------------------

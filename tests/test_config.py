@@ -36,7 +36,7 @@ BAD = [
     ),
     (
         {"task": {"name": "sorting"}},
-        r"^task\.name: unknown task 'sorting' \(allowed: .*char_lm, digits\)",
+        r"^task\.name: unknown task 'sorting' \(allowed: .*char_lm, digits, modular_arithmetic\)",
     ),
     (
         {"task": {"name": "associative_recall", "n_pairs": 20}},

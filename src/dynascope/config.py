@@ -39,7 +39,14 @@ from torch import nn
 
 from dynascope import optim
 from dynascope.probes import PROBES
-from dynascope.tasks import AssociativeRecall, CharLM, Digits, InContextLinearRegression, Task
+from dynascope.tasks import (
+    AssociativeRecall,
+    CharLM,
+    Digits,
+    InContextLinearRegression,
+    ModularArithmetic,
+    Task,
+)
 from dynascope.tasks.char_lm import check_corpus_path
 
 __all__ = [
@@ -48,6 +55,7 @@ __all__ = [
     "DigitsConfig",
     "FCNConfig",
     "MODEL_CONFIGS",
+    "ModularArithmeticConfig",
     "TASKS",
     "ConfigError",
     "LinearRegressionConfig",
@@ -242,12 +250,29 @@ class DigitsConfig(_Config):
     split_seed: _Int = Field(0, ge=0, description="seed of the train/validation permutation")
 
 
+class ModularArithmeticConfig(_Config):
+    """:class:`dynascope.tasks.ModularArithmetic`: ``a op b = c (mod p)``, Power et al. split."""
+
+    name: Literal["modular_arithmetic"] = "modular_arithmetic"
+    p: _Int = Field(97, ge=2, description="modulus (prime for op '/')")
+    op: Literal["+", "-", "*", "/"] = "+"
+    train_fraction: _Float = Field(0.5, gt=0, lt=1, description="share of equations to train on")
+    split_seed: _Int = Field(0, ge=0, description="numpy RandomState seed of the shuffle")
+
+    @model_validator(mode="after")
+    def _division_needs_a_prime(self) -> ModularArithmeticConfig:
+        if self.op == "/" and any(self.p % k == 0 for k in range(2, int(self.p**0.5) + 1)):
+            raise ValueError(f"op '/' needs a prime p (got p={self.p})")
+        return self
+
+
 # -- the task registry: name -> (config class, task class); add a line to add a task ------------
 TASKS: dict[str, tuple[type[BaseModel], type[Task]]] = {
     "associative_recall": (AssociativeRecallConfig, AssociativeRecall),
     "linear_regression": (LinearRegressionConfig, InContextLinearRegression),
     "char_lm": (CharLMConfig, CharLM),
     "digits": (DigitsConfig, Digits),
+    "modular_arithmetic": (ModularArithmeticConfig, ModularArithmetic),
 }
 TaskConfig = Annotated[
     Union[tuple(config for config, _ in TASKS.values())],  # noqa: UP007

@@ -7,6 +7,7 @@ from .diagonal_teacher import DiagonalAttentionTeacher as DiagonalAttentionTeach
 from .digits import Digits as Digits
 from .linear_regression import InContextLinearRegression as InContextLinearRegression
 from .matrix_factorization import MatrixFactorization as MatrixFactorization
+from .modular_arithmetic import ModularArithmetic as ModularArithmetic
 
 __all__ = [
     "AssociativeRecall",
@@ -15,5 +16,6 @@ __all__ = [
     "Digits",
     "InContextLinearRegression",
     "MatrixFactorization",
+    "ModularArithmetic",
     "Task",
 ]
