@@ -9,15 +9,18 @@ import numpy as np
 import pytest
 
 from dynascope import studies
+from dynascope.config import validate_config
 from dynascope.store import RunStore, load_run
 from dynascope.studies.slingshot import (
     FAST_STEPS,
+    GROK_STEPS,
     STUDY,
     DetectorConfig,
     analyze,
     build_runs,
     run_cycles,
 )
+from dynascope.train import run_training
 
 N_TRAIN = 50  # the smoke preset's training set: armed once loss < ln 2 / 50 ≈ 0.0139
 
@@ -149,7 +152,7 @@ def test_grokking_without_a_cycle_fails_g1(tmp_path):
 def test_presets_validate_and_conditions_differ_only_in_the_optimizer():
     assert "slingshot" in studies.names()
     assert studies.get("slingshot") is STUDY
-    for name, n_runs in (("smoke", 3), ("fast", 3), ("paper", 15)):
+    for name, n_runs in (("smoke", 3), ("fast", 3), ("paper", 18)):  # paper: + 3 grokking
         specs = build_runs(STUDY.preset(name))
         assert len(specs) == n_runs
         assert len({s.name for s in specs}) == n_runs
@@ -162,7 +165,8 @@ def test_presets_validate_and_conditions_differ_only_in_the_optimizer():
         1e-5,
         1e-4,
     ]
-    assert {s.config.train.steps for s in paper} == {50_000}
+    fcn = [s for s in paper if s.config.task.name == "digits"]
+    assert len(fcn) == 15 and {s.config.train.steps for s in fcn} == {50_000}
     specs = {s.name: s.config for s in build_runs(STUDY.preset("fast"), seed=2)}
     assert sorted(specs) == ["adam_eps0.0001_s0", "adam_eps1e-08_s0", "sgd_lr0.1_s0"]
     adam, control, sgd = (
@@ -197,3 +201,153 @@ def test_smoke_preset_end_to_end(tmp_path):
     run = load_run(tmp_path / "runs" / "adam_eps1e-08_s0")
     assert len(run.scalar("train.loss")) == 500 and len(run.scalar("last_layer.norm")) == 501
     assert outcome.passed == all(c["passed"] for c in data["claims"])
+
+
+# -- the grokking run (paper preset) -----------------------------------------------------------
+def test_paper_preset_adds_one_grokking_run_per_seed_and_smoke_fast_none():
+    assert STUDY.preset("smoke").grokking is None and STUDY.preset("fast").grokking is None
+    specs = {s.name: s.config for s in build_runs(STUDY.preset("paper"), seed=4)}
+    grok = {name: cfg for name, cfg in specs.items() if cfg.task.name == "modular_arithmetic"}
+    assert sorted(grok) == ["grok_adam_s0", "grok_adam_s1", "grok_adam_s2"]
+    assert [grok[f"grok_adam_s{k}"].seed for k in range(3)] == [4, 5, 6]
+    cfg = grok["grok_adam_s0"]
+    assert (cfg.task.p, cfg.task.op, cfg.task.train_fraction, cfg.task.split_seed) == (
+        53,
+        "+",
+        0.5,
+        0,
+    )
+    model = cfg.model
+    assert (model.name, model.n_layers, model.d_model, model.n_heads) == ("transformer", 1, 128, 4)
+    assert model.is_causal
+    opt = cfg.optimizer
+    assert (opt.name, opt.lr, opt.betas, opt.eps) == ("adam", 1e-3, (0.9, 0.98), 1e-8)
+    assert opt.weight_decay.model_dump() == {"attention": 0.0, "matrices": 0.0, "vectors": 0.0}
+    assert (opt.warmup_steps, opt.lr_schedule) == (10, "constant")
+    n_train = round(53 * 53 * 0.5)
+    assert cfg.train.batch_size == min(512, math.ceil(n_train / 2)) == 512
+    assert cfg.train.steps == GROK_STEPS == 100_000 and cfg.train.log_every == 1
+    assert cfg.train.eval_every == 50  # grok step to 50 steps
+    assert cfg.monitor.probes == ["last_layer_norm"]
+    assert (cfg.monitor.schedule, cfg.monitor.every) == ("every", 1)
+
+
+def _grok_spec(k: int = 0):
+    return next(s for s in build_runs(STUDY.preset("paper")) if s.name == f"grok_adam_s{k}")
+
+
+def _grok_val(steps: int, grok: int | None) -> np.ndarray:
+    t = np.arange(steps + 1)
+    return np.where(t >= grok, 0.99, 0.3) if grok is not None else np.full(steps + 1, 0.3)
+
+
+def _with_grokking(tmp_path, onsets, grok, *, fcn_val=None):
+    """The smoke FCN runs (Adam ε = 1e-8 with 3 cycles, ε = 1e-4 with 1) and a grokking run with
+    cycles planted at ``onsets`` and validation accuracy reaching 0.99 at step ``grok``."""
+    fcn = _store(
+        tmp_path, {"adam_eps1e-08_s0": [500, 1500, 2500], "adam_eps0.0001_s0": [1000]}, fcn_val
+    )
+    spec = _grok_spec()
+    _, loss, norm = _planted(4000, onsets)
+    grok_run = _write_run(tmp_path / "runs", spec, loss, norm, _grok_val(4000, grok))
+    return fcn, {**fcn, spec.name: grok_run}
+
+
+def _verdicts(runs, figures):
+    analysis = analyze(runs, figures)
+    return analysis, {v.claim.split(":")[0]: v for v in analysis.verdicts}
+
+
+def _fcn_verdicts(verdicts):
+    return [(verdicts[k].measured, verdicts[k].passed) for k in ("s1", "s2", "s3")]
+
+
+def test_grokking_run_near_an_onset_passes_g1_and_leaves_s1_to_s3_alone(tmp_path):
+    fcn, runs = _with_grokking(tmp_path, [500, 1500, 2500], grok=1600)
+    cycles, _ = run_cycles(runs["grok_adam_s0"])  # minibatch arming: loss < ln 2 / 512
+    assert len(cycles) == 3 and 1500 <= cycles[1].start_step < 1600
+    mean_length = float(np.mean([c.length for c in cycles]))
+    expected = (1600 - cycles[1].start_step) / mean_length
+    assert 0 < expected < 1
+    _, without = _verdicts(fcn, tmp_path / "without")
+    analysis, verdicts = _verdicts(runs, tmp_path / "with")
+    assert list(verdicts) == ["s1", "s2", "s3", "g1"]
+    assert (
+        _fcn_verdicts(verdicts)
+        == _fcn_verdicts(without)
+        == [
+            (3.0, True),
+            (0.0, True),
+            (2.0, True),
+        ]
+    )
+    assert verdicts["g1"].measured == pytest.approx(expected) and verdicts["g1"].passed
+    assert "1 of 1 grokking run(s) grokked" in verdicts["g1"].detail
+    rows = {r["run"]: r for r in analysis.tables["runs: cycles, final values, grok step"]}
+    assert (
+        rows["grok_adam_s0"]["system"] == "grokking" and rows["grok_adam_s0"]["grok step"] == 1600
+    )
+    assert rows["grok_adam_s0"]["cycles"] == 3 and rows["adam_eps1e-08_s0"]["system"] == "fcn"
+    assert sum(r["run"] == "grok_adam_s0" for r in analysis.tables["detected cycles"]) == 3
+    assert sorted(p.name for p in analysis.figures) == [
+        "grokking.png",
+        "norm_loss.png",
+        "val_accuracy.png",
+    ]
+    assert all(p.is_file() for p in analysis.figures)
+
+
+def test_grokking_far_from_any_onset_fails_g1_even_if_the_fcn_groks_near_one(tmp_path):
+    """With a grokking run present, g1 is measured on it, not on the FCN runs."""
+    fcn_val = np.where(np.arange(4001) >= 1600, 0.97, 0.8)  # the FCN groks near its onset 1500
+    fcn, runs = _with_grokking(tmp_path, [500], grok=3500, fcn_val=fcn_val)
+    (cycle,), _ = run_cycles(runs["grok_adam_s0"])
+    expected = (3500 - cycle.start_step) / cycle.length
+    assert expected > 1
+    _, without = _verdicts(fcn, tmp_path / "without")
+    assert without["g1"].passed  # the FCN alone passes g1
+    _, verdicts = _verdicts(runs, tmp_path / "with")
+    assert _fcn_verdicts(verdicts) == _fcn_verdicts(without)
+    assert verdicts["g1"].measured == pytest.approx(expected) and not verdicts["g1"].passed
+
+
+def test_grokking_run_that_never_groks_reports_g1_unmeasurable(tmp_path):
+    fcn, runs = _with_grokking(tmp_path, [500, 1500], grok=None)
+    _, without = _verdicts(fcn, tmp_path / "without")
+    _, verdicts = _verdicts(runs, tmp_path / "with")
+    assert "g1" not in without
+    assert _fcn_verdicts(verdicts) == _fcn_verdicts(without)
+    assert math.isnan(verdicts["g1"].measured) and not verdicts["g1"].passed
+    assert "not measurable" in verdicts["g1"].detail
+
+
+def test_tiny_real_grokking_run_trains_and_is_analyzed(tmp_path):
+    spec = _grok_spec()
+    overrides = [
+        "train.steps=20",
+        "device=cpu",
+        "task.p=11",
+        "model.d_model=16",
+        "model.n_heads=2",
+        "model.d_mlp=32",
+        "train.batch_size=16",
+        "train.eval_every=10",
+        "train.eval_batches=1",
+        "train.checkpoint_every=20",
+    ]
+    cfg = validate_config(spec.config.model_dump(mode="json"), overrides)
+    run_dir = tmp_path / "runs" / spec.name
+    run_training(cfg, run_dir)
+    run = load_run(run_dir)
+    assert run.status == "finished"
+    assert len(run.scalar("train.loss")) == 20 and len(run.scalar("last_layer.norm")) == 21
+    assert len(run.scalar("val.accuracy")) == 3  # steps 0, 10, 20
+    fcn = _store(tmp_path, {"adam_eps1e-08_s0": [500, 1500, 2500]})
+    _, without = _verdicts(fcn, tmp_path / "without")
+    analysis, verdicts = _verdicts({**fcn, spec.name: run}, tmp_path / "with")
+    assert _fcn_verdicts(verdicts) == _fcn_verdicts(without)
+    assert "g1" in verdicts and isinstance(verdicts["g1"].passed, bool)
+    rows = {r["run"]: r for r in analysis.tables["runs: cycles, final values, grok step"]}
+    assert rows[spec.name]["system"] == "grokking" and rows[spec.name]["status"] == "finished"
+    alone = analyze({spec.name: run}, tmp_path / "alone")  # no FCN run: s1–s3 not measurable
+    assert [v.claim.split(":")[0] for v in alone.verdicts] == ["s1", "s2", "s3", "g1"]

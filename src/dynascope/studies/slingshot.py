@@ -82,8 +82,41 @@ The ε = 1e-8 run was inside a growth phase when it ended: ``||W_U||`` 5.32 -> 9
 no spike yet; ε = 1e-4 and SGD end flat (growth 3.6e-6 and 2.7e-6/step). Validation accuracy
 ends at 0.935 / 0.939 / 0.937 (ε = 1e-8 / 1e-4 / SGD): no run groks (>= 0.95), so no g1.
 
-Not built here: S13's grokking system (``ModularArithmetic`` with the Power et al. split and a
-transformer) is left for a later issue, so g1 is checked on the digits FCN only.
+Grokking run (``paper`` only; S13 "Grokking system", its reduced variant): per seed one run
+``grok_adam_s{k}`` (run seed as the FCN runs of seed k), built by :func:`_grokking_run`:
+modular addition ``a + b (mod 53)`` (``ModularArithmetic``, Power et al. table, 2,809 equations),
+``train_fraction = 0.5`` (``round(2809 / 2) = 1404`` train, 1,405 validation), ``split_seed = 0``
+(numpy ``RandomState(0)``, as the reference; the split is the same for every seed); a causal
+1-layer transformer, d_model 128, 4 heads (d_head 32), MLP width 512 (4 × d_model, as a standard
+block; S13 does not fix it), LayerNorm, learned positions, no attention biases (dynascope's
+default; choice), predicting at every position with the loss read at the last one (after ``=``);
+Adam (no weight decay) β = (0.9, 0.98), ε = 1e-8, lr 1e-3, 10-step linear warmup then constant;
+batch ``min(512, ceil(1404 / 2)) = 512`` drawn without replacement each step; 100,000 steps
+(S13's max_steps); ``log_every = 1`` and the ``last_layer_norm`` probe (``||W_U||_F``) every
+step; ``val.accuracy`` every 50 steps (choice: the grok step is then known to 50 steps, while a
+detected cycle lasts more than w = 100 steps, its end needing a spike-free trailing window of w
+steps, so the error in g1's ratio is below 0.5 and small for cycles of thousands of steps) on
+``eval_batches = 4`` fixed validation batches of 512 (2,048 draws, with repeats, from the 1,405
+equations: an estimate of the validation accuracy); checkpoint every 10,000 steps;
+``device = cuda`` (the paper preset is a GPU preset; the FCN runs stay on the CPU). Not built:
+p = 97, the other train fractions and operations of S13's paper list.
+
+The same detector (frozen constants) reads the grokking run. Arming: ``train.loss`` is then the
+mean cross-entropy of one batch of 512, so the certificate is ``loss < ln 2 / b`` with
+``b = min(n_train, batch_size)`` examples per training-loss row (``log_every = 1``): every
+example of that batch is right, a proxy for 100 % training accuracy (for the full-batch FCN runs
+b = n_train, as before). Caveat: a minibatch loss fluctuates from batch to batch, while the spike
+baseline is the running minimum; a fluctuation alone is no cycle (growth before, plateau after
+are also required). The run's cycles are reported in the tables and its own figure
+(``grokking.png``); it is excluded from s1–s3, which stay FCN-only (runs are told apart by their
+task: ``modular_arithmetic`` is the grokking system).
+
+g1 with grokking runs present (``paper``): measured on them, not on the FCN. The grok step is
+the first evaluation with ``val.accuracy >= 0.95`` (S13); measured = max over the grokking runs
+that grokked of |grok step − nearest onset| / mean cycle length (threshold 1, as above); NaN,
+and failed, when such a run has no cycle, or when no grokking run grokked (then it is reported,
+unlike the FCN-only g1, since the grokking system exists to measure it). Without grokking runs
+(``smoke``, ``fast``), g1 is the FCN check described under Verdicts.
 """
 
 from __future__ import annotations
@@ -101,6 +134,7 @@ from dynascope.probes.slingshot import SlingshotCycle, detect_slingshots, grok_s
 from dynascope.report import new_figure, save_figure
 from dynascope.store import Run
 from dynascope.studies.base import Analysis, RunSpec, Study, Verdict
+from dynascope.tasks.modular_arithmetic import equations
 from dynascope.train import run_training
 
 __all__ = ["DetectorConfig", "SlingshotPreset", "STUDY", "analyze", "build_runs", "run_cycles"]
@@ -153,7 +187,8 @@ class DetectorConfig(BaseModel):
 
 
 class SlingshotPreset(BaseModel):
-    """A preset: the base run (Adam at ``adam_eps``, the slingshot condition), the controls, seeds.
+    """A preset: the base run (Adam at ``adam_eps``, the slingshot condition), the controls, seeds,
+    and optionally S13's grokking run (``paper`` only; see the module docstring).
 
     The detector's constants are not part of a preset: ``analyze`` reads only the stores and
     applies the frozen :class:`DetectorConfig`.
@@ -166,6 +201,9 @@ class SlingshotPreset(BaseModel):
     control_eps: list[float] = Field(default_factory=lambda: [1e-4], description="larger ε")
     sgd_lr: float = Field(0.1, gt=0)
     seeds: int = Field(1, ge=1, description="seeds per condition (seed, seed + 1, ...)")
+    grokking: RunConfig | None = Field(
+        None, description="S13's grokking run (modular arithmetic), one per seed; None: none"
+    )
 
 
 def _train_runner(config: RunConfig, run_dir: Path, *, progress: bool = False) -> None:
@@ -219,15 +257,67 @@ def fast() -> SlingshotPreset:
     return SlingshotPreset(base=_fcn_run([256, 256], n_train=200, steps=FAST_STEPS, eval_every=100))
 
 
-def paper() -> SlingshotPreset:
-    """S13's scale for the FCN: 50k steps, 3 seeds, an ε sweep (g1 when a run groks).
+GROK_STEPS = 100_000  # S13: max_steps 1e5
 
-    The FCN is tiny (launch-bound on a GPU), so it stays on the CPU: 15 runs of 50k steps.
+
+def _grokking_run(steps: int = GROK_STEPS) -> RunConfig:
+    """S13's reduced grokking variant: a + b mod 53, half the equations, a 1-layer transformer,
+    Adam β = (0.9, 0.98) without weight decay (every choice: see the module docstring)."""
+    p, train_fraction = 53, 0.5
+    n_train = round(len(equations(p, "+")) * train_fraction)  # 1404
+    return validate_config(
+        {
+            "name": "grok",
+            "device": "cuda",
+            "model": {
+                "name": "transformer",
+                "n_layers": 1,
+                "d_model": 128,
+                "n_heads": 4,
+                "d_mlp": 512,
+                "is_causal": True,
+            },
+            "task": {
+                "name": "modular_arithmetic",
+                "p": p,
+                "op": "+",
+                "train_fraction": train_fraction,
+                "split_seed": 0,
+            },
+            "optimizer": {
+                "name": "adam",
+                "lr": 1e-3,
+                "betas": [0.9, 0.98],
+                "eps": 1e-8,
+                "warmup_steps": 10,
+                "lr_schedule": "constant",
+            },
+            "train": {
+                "steps": steps,
+                "batch_size": min(512, math.ceil(n_train / 2)),
+                "log_every": 1,
+                "eval_every": 50,
+                "eval_batches": 4,
+                "checkpoint_every": 10_000,
+                "keep_checkpoints": 1,
+            },
+            "monitor": {"probes": ["last_layer_norm"], "schedule": "every", "every": 1},
+        }
+    )
+
+
+def paper() -> SlingshotPreset:
+    """S13's scale for the FCN: 50k steps, 3 seeds, an ε sweep; and the grokking run (g1).
+
+    The FCN is tiny (launch-bound on a GPU), so it stays on the CPU: 15 runs of 50k steps. The
+    grokking run (S13's reduced variant, one per seed, :func:`_grokking_run`) runs on the GPU,
+    100,000 steps each; not run yet, so its step time is unmeasured.
     """
     return SlingshotPreset(
         base=_fcn_run([256, 256], n_train=200, steps=50_000, eval_every=100),
         control_eps=[1e-6, 1e-5, 1e-4],
         seeds=3,
+        grokking=_grokking_run(),
     )
 
 
@@ -239,10 +329,12 @@ def _condition_name(optimizer: str, value: float, k: int) -> str:
 
 
 def build_runs(preset: SlingshotPreset, seed: int = 0) -> list[RunSpec]:
-    """Per seed: Adam at ``adam_eps``, Adam at each ``control_eps``, SGD at ``sgd_lr``.
+    """Per seed: Adam at ``adam_eps``, Adam at each ``control_eps``, SGD at ``sgd_lr``; and,
+    when ``preset.grokking`` is set, the grokking run ``grok_adam_s{k}``.
 
-    Every run of one seed has the same init (the same run seed) and the same steps. The k-th
-    seed's runs have run seed ``base.seed + seed + k`` and names ending in ``_s{k}``.
+    Every FCN run of one seed has the same init (the same run seed) and the same steps. The k-th
+    seed's runs have run seed ``base.seed + seed + k`` and names ending in ``_s{k}``; the
+    grokking run of seed k has the same run seed (its own model, task and steps).
     """
     base = preset.base.model_dump(mode="json")
     specs = []
@@ -258,10 +350,33 @@ def build_runs(preset: SlingshotPreset, seed: int = 0) -> list[RunSpec]:
             else:
                 overrides.append(f"optimizer.lr={value}")
             specs.append(RunSpec(name, validate_config(base, overrides), _train_runner))
+        if preset.grokking is not None:
+            name = f"grok_adam_s{k}"
+            grok = validate_config(
+                preset.grokking.model_dump(mode="json"), [f"name={name}", f"seed={run_seed}"]
+            )
+            specs.append(RunSpec(name, grok, _train_runner))
     return specs
 
 
 # -- analysis ---------------------------------------------------------------------------------
+GROKKING_TASK = "modular_arithmetic"  # the task that marks a run as the grokking system
+
+
+def _examples_per_loss_row(config: dict) -> int:
+    """``b``: training examples behind one ``train.loss`` row (``log_every = 1``): the smaller of
+    the training split (``n_train``; for modular arithmetic ``round(N · train_fraction)``) and
+    ``train.batch_size``; 1 when the task's training size is not known from its config."""
+    task = config["task"]
+    if "n_train" in task:
+        n_train = int(task["n_train"])
+    elif task.get("name") == GROKKING_TASK:
+        n_train = round(len(equations(int(task["p"]), task["op"])) * task["train_fraction"])
+    else:
+        return 1
+    return max(1, min(n_train, int(config.get("train", {}).get("batch_size", n_train))))
+
+
 def _series(run: Run, key: str) -> tuple[np.ndarray, np.ndarray]:
     s = run.scalar(key)
     return s.index.to_numpy(dtype=np.int64), s.to_numpy(dtype=np.float64)
@@ -273,9 +388,11 @@ def run_cycles(
     """Slingshot cycles of one stored run, and the aligned series they were read from.
 
     Uses the steps (>= 1) where both ``train.loss`` and ``last_layer.norm`` were logged; the
-    detector arms at the first step with ``train.loss < arm_loss_factor * ln 2 / n_train``
-    (``n_train`` from the run's task config) and sees the loss floored at :data:`LOSS_FLOOR`
-    of the run's dtype (below it the loss is rounding noise; see the module docstring).
+    detector arms at the first step with ``train.loss < arm_loss_factor * ln 2 / b``, ``b`` the
+    examples behind one loss row (``min(n_train, batch_size)``, from the run's config: the whole
+    training set for the full-batch FCN, one minibatch for the grokking run) and sees the loss
+    floored at :data:`LOSS_FLOOR` of the run's dtype (below it the loss is rounding noise; see
+    the module docstring).
 
     Args:
         run: a stored run (``load_run``).
@@ -291,8 +408,8 @@ def run_cycles(
     series = {"steps": steps, "norm": norm[i_norm], "loss": loss[i_loss]}
     if steps.size < 2:
         return [], series
-    n_train = int(run.config["task"].get("n_train", 1))
-    armed = (series["loss"] < detector.arm_loss_factor * math.log(2) / n_train).astype(float)
+    n_examples = _examples_per_loss_row(run.config)
+    armed = (series["loss"] < detector.arm_loss_factor * math.log(2) / n_examples).astype(float)
     floor = LOSS_FLOOR[run.config.get("dtype", "float32")]
     cycles = detect_slingshots(
         steps,
@@ -313,6 +430,7 @@ class _Measured:
     """One run as the analysis sees it."""
 
     name: str
+    system: str  # "grokking" (modular arithmetic task) or "fcn" (every other run)
     optimizer: str  # "adam" (adam or adamw) or "sgd"
     value: float  # ε for Adam, lr for SGD
     seed: int
@@ -331,6 +449,7 @@ class _Measured:
         grok = grok_step(val_steps, val_acc, threshold=GROK_ACCURACY) if val_steps.size else None
         return cls(
             name=name,
+            system="grokking" if run.config["task"].get("name") == GROKKING_TASK else "fcn",
             optimizer="adam" if is_adam else opt["name"],
             value=float(opt["eps"] if is_adam else opt["lr"]),
             seed=int(run.config["seed"]),
@@ -370,6 +489,7 @@ class _Measured:
         last = {k: float(v[-1]) if v.size else math.nan for k, v in self.series.items()}
         return {
             "run": self.name,
+            "system": self.system,
             "status": status,
             "cycles": len(self.cycles),
             "onsets": ", ".join(str(c.start_step) for c in self.cycles) or "-",
@@ -407,20 +527,27 @@ def _median(values: list[float]) -> float:
 def analyze(
     runs: dict[str, Run], figures: Path, detector: DetectorConfig | None = None
 ) -> Analysis:
-    """Verdicts s1–s3 (and g1 when a smallest-ε Adam run groks) from the stored runs.
+    """Verdicts s1–s3 from the FCN runs; g1 from the grokking runs when there are any, else
+    when a smallest-ε FCN Adam run groks.
 
-    Runs are grouped by (optimizer, ε or lr, seed) read from their configs: the slingshot
-    condition is the Adam run with the smallest ε, the control the one with the largest.
+    Runs are told apart by their task (``modular_arithmetic``: the grokking system; every other
+    run is an FCN run), not by their names. FCN runs are grouped by (optimizer, ε or lr, seed)
+    read from their configs: the slingshot condition is the Adam run with the smallest ε, the
+    control the one with the largest. Every run, grokking ones included, goes through the same
+    detector and into the tables.
 
     Args:
         runs: run name -> stored run.
         figures: where the figures go.
         detector: the detector constants; ``None`` for the frozen ones.
     Returns:
-        The verdicts, two figures and two tables (per run; per detected cycle).
+        The verdicts, two figures (three with grokking runs) and two tables (per run; per
+        detected cycle).
     """
     detector = detector or DetectorConfig()
-    measured = [_Measured.read(name, run, detector) for name, run in sorted(runs.items())]
+    everything = [_Measured.read(name, run, detector) for name, run in sorted(runs.items())]
+    measured = [m for m in everything if m.system == "fcn"]
+    grokking = [m for m in everything if m.system == "grokking"]
     adam_values = sorted({m.value for m in measured if m.optimizer == "adam"})
     small = adam_values[0] if adam_values else math.nan
     large = adam_values[-1] if len(adam_values) > 1 else math.nan
@@ -469,12 +596,16 @@ def analyze(
             + ("; no cycle in either condition: not measurable at this scale" if not s1 else ""),
         ),
     ]
-    grokked = [
-        m
-        for m in measured
-        if m.optimizer == "adam" and math.isclose(m.value, small) and m.grok is not None
-    ]
-    if grokked:  # g1 is checked when grokking occurs
+    if grokking:  # the grokking system: g1 is measured on it, grokked or not
+        verdicts.append(_g1_grokking(grokking))
+        grokked = []
+    else:
+        grokked = [
+            m
+            for m in measured
+            if m.optimizer == "adam" and math.isclose(m.value, small) and m.grok is not None
+        ]
+    if grokked:  # FCN only: g1 is checked when grokking occurs
         ratios = [m.grok_ratio for m in grokked]
         g1 = math.nan if any(math.isnan(r) for r in ratios) else max(ratios)
         verdicts.append(
@@ -489,17 +620,48 @@ def analyze(
                 f"measured <= threshold; {len(grokked)} run(s) grokked",
             )
         )
-    run_rows = [m.row(runs[m.name].status, detector.window) for m in measured]
+    run_rows = [m.row(runs[m.name].status, detector.window) for m in measured + grokking]
     tables = {"runs: cycles, final values, grok step": run_rows}
-    cycle_rows = [row for m in measured for row in m.cycle_rows()]
+    cycle_rows = [row for m in measured + grokking for row in m.cycle_rows()]
     if cycle_rows:
         tables["detected cycles"] = cycle_rows
-    return Analysis(verdicts, _figures(measured, figures), tables)
+    paths = _figures(measured, figures) if measured else []
+    if grokking:
+        paths.append(_grokking_figure(grokking, figures))
+    return Analysis(verdicts, paths, tables)
+
+
+def _g1_grokking(grokking: list[_Measured]) -> Verdict:
+    """g1 on the grokking runs: max over those that grokked of |grok step − nearest onset| /
+    mean cycle length; NaN (failed) if one grokked without a cycle or none grokked."""
+    grokked = [m for m in grokking if m.grok is not None]
+    ratios = [m.grok_ratio for m in grokked]
+    g1 = math.nan if not ratios or any(math.isnan(r) for r in ratios) else max(ratios)
+    per_run = "; ".join(
+        f"{m.name}: grok step {m.grok if m.grok is not None else '-'}, "
+        f"{len(m.cycles)} cycles (onsets {', '.join(str(c.start_step) for c in m.cycles) or '-'})"
+        f", ratio {m.grok_ratio:.3g}"
+        for m in grokking
+    )
+    if not grokked:
+        note = "no grokking run reached it: not measurable"
+    else:
+        note = f"{len(grokked)} of {len(grokking)} grokking run(s) grokked"
+    return Verdict(
+        f"g1: grokking (val accuracy >= {GROK_ACCURACY}) happens within one cycle length of a "
+        "cycle onset (grokking system: modular addition, transformer, Adam)",
+        "max over the grokking runs that grokked of |grok step − nearest onset| / mean cycle "
+        "length (NaN: a run grokked without a cycle, or none grokked)",
+        g1,
+        G1_MAX_LENGTHS,
+        bool(g1 <= G1_MAX_LENGTHS),
+        f"measured <= threshold; {note}; {per_run}",
+    )
 
 
 def _figures(measured: list[_Measured], figures: Path) -> list[Path]:
     """Norm and loss per run (cycles shaded, spikes dotted); validation accuracy (first seed)."""
-    seed0 = min((m.seed for m in measured), default=0)
+    seed0 = min((m.seed for m in measured), default=0)  # FCN runs only
     shown = sorted(  # Adam by ascending ε, then SGD
         (m for m in measured if m.seed == seed0), key=lambda m: (m.optimizer != "adam", m.value)
     )
@@ -534,6 +696,37 @@ def _figures(measured: list[_Measured], figures: Path) -> list[Path]:
     ax.legend()
     paths.append(save_figure(fig, figures / "val_accuracy.png"))
     return paths
+
+
+def _grokking_figure(grokking: list[_Measured], figures: Path) -> Path:
+    """Per grokking run: norm, training loss, validation accuracy; cycles shaded, spikes dotted,
+    the grok step a dashed green line."""
+    ncols = len(grokking)
+    fig, axes = new_figure(
+        ncols,
+        3,
+        width=4.4,
+        height=2.6,
+        title="grokking system: ‖W_U‖, train loss, val acc\n"
+        "shaded: cycles, dotted: spike, dashed: grok",
+    )
+    for j, m in enumerate(grokking):
+        top, middle, bottom = axes[j], axes[ncols + j], axes[2 * ncols + j]
+        top.plot(m.series["steps"], m.series["norm"], lw=0.8)
+        middle.semilogy(m.series["steps"], np.maximum(m.series["loss"], 1e-12), lw=0.6)
+        bottom.plot(m.val_steps, m.val_acc, lw=1)
+        bottom.axhline(GROK_ACCURACY, color="grey", ls=":", lw=1)
+        for ax in (top, middle, bottom):
+            for c in m.cycles:
+                ax.axvspan(c.start_step, c.end_step, color="tab:orange", alpha=0.25, lw=0)
+                ax.axvline(c.spike_step, color="tab:red", ls=":", lw=0.8)
+            if m.grok is not None:
+                ax.axvline(m.grok, color="tab:green", ls="--", lw=1)
+        grok = m.grok if m.grok is not None else "-"
+        top.set(title=f"{m.name} ({len(m.cycles)} cycles, grok {grok})", ylabel="‖W_U‖_F")
+        middle.set(ylabel="train loss (nats, floor 1e-12)")
+        bottom.set(xlabel="step", ylabel="val accuracy")
+    return save_figure(fig, figures / "grokking.png")
 
 
 STUDY = Study(
