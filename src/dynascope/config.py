@@ -96,68 +96,53 @@ class _Config(BaseModel):
 
 
 # -- models ---------------------------------------------------------------------------------
-class TransformerConfig(_Config):
-    """:class:`dynascope.nn.Transformer`; d_vocab / d_in, n_ctx and d_out come from the task."""
+class _AttentionModelConfig(_Config):
+    """Fields every attention model shares (a model config adds its ``name`` and own fields)."""
 
-    name: Literal["transformer"] = "transformer"
+    name: str
     n_layers: _Int = Field(2, ge=1, description="number of blocks")
     d_model: _Int = Field(32, ge=1, description="residual stream width")
     n_heads: _Int = Field(2, ge=1, description="attention heads per layer")
     d_head: _Int | None = Field(None, ge=1, description="head width; default d_model // n_heads")
     d_mlp: _Int = Field(0, ge=0, description="MLP hidden width; 0 = attention-only")
+    sigma_reparam: bool = Field(
+        False, description="σReparam every linear map (dynascope.nn.reparam); LN-free: use_ln=false"
+    )
+    sigma_reparam_scope: Literal["per_matrix", "per_head"] = Field(
+        "per_matrix", description="one σ per W_Q/W_K/W_V/W_O, or one per head"
+    )
+    sigma_reparam_gamma_init: Literal["sigma0", "one"] = Field(
+        "sigma0", description="γ₀ = σ(W₀) (Ŵ = W at init) or 1"
+    )
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> _AttentionModelConfig:
+        if self.d_head is None and self.d_model % self.n_heads != 0:
+            raise ValueError(
+                f"n_heads must divide d_model (got d_model={self.d_model}, n_heads={self.n_heads})"
+            )
+        return self
+
+
+class TransformerConfig(_AttentionModelConfig):
+    """:class:`dynascope.nn.Transformer`; d_vocab / d_in, n_ctx and d_out come from the task."""
+
+    name: Literal["transformer"] = "transformer"
     positional: Literal["learned", "none"] = "learned"
     attention: Literal["softmax", "linear"] = "softmax"
     is_causal: bool = True
     use_bias: bool = False
     use_ln: bool = True
-    sigma_reparam: bool = Field(
-        False, description="σReparam every linear map (dynascope.nn.reparam); LN-free: use_ln=false"
-    )
-    sigma_reparam_scope: Literal["per_matrix", "per_head"] = Field(
-        "per_matrix", description="one σ per W_Q/W_K/W_V/W_O, or one per head"
-    )
-    sigma_reparam_gamma_init: Literal["sigma0", "one"] = Field(
-        "sigma0", description="γ₀ = σ(W₀) (Ŵ = W at init) or 1"
-    )
-
-    @model_validator(mode="after")
-    def _heads_divide(self) -> TransformerConfig:
-        if self.d_head is None and self.d_model % self.n_heads != 0:
-            raise ValueError(
-                f"n_heads must divide d_model (got d_model={self.d_model}, n_heads={self.n_heads})"
-            )
-        return self
 
 
-class ViTConfig(_Config):
+class ViTConfig(_AttentionModelConfig):
     """:class:`dynascope.nn.ViT` for patch tasks (``digits``); d_in, n_patches, d_out: the task."""
 
     name: Literal["vit"] = "vit"
-    n_layers: _Int = Field(2, ge=1, description="number of encoder blocks")
-    d_model: _Int = Field(32, ge=1, description="residual stream width")
-    n_heads: _Int = Field(2, ge=1, description="attention heads per layer")
-    d_head: _Int | None = Field(None, ge=1, description="head width; default d_model // n_heads")
     d_mlp: _Int = Field(64, ge=0, description="MLP hidden width; 0 = attention-only")
     pooling: Literal["cls", "mean"] = "cls"
     use_bias: bool = True
     use_ln: bool = True
-    sigma_reparam: bool = Field(
-        False, description="σReparam every linear map (dynascope.nn.reparam); LN-free: use_ln=false"
-    )
-    sigma_reparam_scope: Literal["per_matrix", "per_head"] = Field(
-        "per_matrix", description="one σ per W_Q/W_K/W_V/W_O, or one per head"
-    )
-    sigma_reparam_gamma_init: Literal["sigma0", "one"] = Field(
-        "sigma0", description="γ₀ = σ(W₀) (Ŵ = W at init) or 1"
-    )
-
-    @model_validator(mode="after")
-    def _heads_divide(self) -> ViTConfig:
-        if self.d_head is None and self.d_model % self.n_heads != 0:
-            raise ValueError(
-                f"n_heads must divide d_model (got d_model={self.d_model}, n_heads={self.n_heads})"
-            )
-        return self
 
 
 class FCNConfig(_Config):

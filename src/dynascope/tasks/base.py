@@ -106,6 +106,18 @@ class Task(ABC):
             )
 
 
+def draw_from_split(
+    x: Tensor, y: Tensor, batch_size: int, generator: torch.Generator
+) -> dict[str, Tensor]:
+    """A batch of a fixed split: all of it, in order, when ``batch_size >= len(y)`` (full batch);
+    else ``batch_size`` rows drawn without replacement (``torch.randperm`` on ``generator``).
+    The batch lives on ``generator.device``."""
+    if batch_size < len(y):
+        index = torch.randperm(len(y), generator=generator)[:batch_size]
+        x, y = x[index], y[index]
+    return {"x": x.to(generator.device), "y": y.to(generator.device)}
+
+
 def _check_int(name: str, value: object, minimum: int) -> None:
     """Raise ``ValueError`` unless ``value`` is an int (not bool) ``>= minimum``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:

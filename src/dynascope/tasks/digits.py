@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .base import Task
+from .base import Task, draw_from_split
 
 __all__ = ["Digits", "N_DIGITS"]
 
@@ -109,12 +109,7 @@ class Digits(Task):
             ValueError: for an unknown split or a batch size below 1.
         """
         self._check_batch_args(split, batch_size)
-        x, y = self._x[split], self._y[split]
-        if batch_size < len(y):
-            index = torch.randperm(len(y), generator=generator)[:batch_size]
-            x, y = x[index], y[index]
-        device = generator.device
-        return {"x": x.to(device), "y": y.to(device)}
+        return draw_from_split(self._x[split], self._y[split], batch_size, generator)
 
     def loss(self, output: Tensor, batch: dict[str, Tensor]) -> Tensor:
         """Mean cross-entropy of the logits ``[batch, 10]``, in nats (computed in float32+).

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .base import Task
+from .base import Task, draw_from_split
 
 __all__ = ["OPERATIONS", "ModularArithmetic", "equations"]
 
@@ -114,11 +114,7 @@ class ModularArithmetic(Task):
             ValueError: for an unknown split or a batch size below 1.
         """
         self._check_batch_args(split, batch_size)
-        x, y = self._x[split], self._y[split]
-        if batch_size < len(y):
-            index = torch.randperm(len(y), generator=generator)[:batch_size]
-            x, y = x[index], y[index]
-        return {"x": x.to(generator.device), "y": y.to(generator.device)}
+        return draw_from_split(self._x[split], self._y[split], batch_size, generator)
 
     def loss(self, output: Tensor, batch: dict[str, Tensor]) -> Tensor:
         """Cross-entropy (nats) of the answer, read at the last position (after ``=``)."""
