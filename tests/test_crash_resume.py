@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 from dynascope.config import validate_config
-from dynascope.store import load_run
+from dynascope.store import load_run, lock_is_free
 from dynascope.train import Trainer
 
 CHILD = Path(__file__).with_name("_crash_child.py")
@@ -161,7 +161,7 @@ def test_signal_checkpoints_marks_interrupted_and_resumes_exactly(
         [25, name]
     ]
     assert (run_dir / "checkpoints" / "step_25.pt").is_file()
-    assert not (run_dir / ".lock").exists()  # released on the way out
+    assert lock_is_free(run_dir)  # released on the way out
     _assert_committed_rows_are_correct(run_dir, uninterrupted)
     _resume_and_compare(run_dir, uninterrupted)
     assert load_run(run_dir).events.query("kind == 'resumed'")["detail"].tolist() == [

@@ -31,6 +31,7 @@ from dynascope.store import (
     RunStore,
     create_run_dir,
     load_run,
+    lock_is_free,
     safe_name,
 )
 from dynascope.studies.base import Analysis, RunSpec, Study, Verdict
@@ -96,7 +97,7 @@ def test_a_live_lock_refuses_a_second_writer(tmp_path):
         assert (tmp_path / "r" / ".lock").read_text().split()[0] == str(os.getpid())
         with pytest.raises(RunLockedError, match=rf"in use by pid {os.getpid()} on "):
             RunStore(tmp_path / "r", lock=True)
-    assert not (tmp_path / "r" / ".lock").exists()
+    assert lock_is_free(tmp_path / "r")
     RunStore(tmp_path / "r", lock=True).close()  # free again
 
 
@@ -110,10 +111,27 @@ def test_a_stale_lock_of_a_dead_pid_is_taken_over_with_a_warning(tmp_path):
     lock.release()
 
 
-def test_a_lock_held_on_another_host_is_not_taken_over(tmp_path):
-    (tmp_path / ".lock").write_text("12345 some-other-host\n")
-    with pytest.raises(RunLockedError, match="in use by pid 12345 on some-other-host"):
-        RunLock(tmp_path)
+def test_a_live_lock_wins_over_a_stale_record_and_an_empty_lock_file_is_free(tmp_path):
+    """The race a killed run leaves: a stale record, then two takers; only one may win."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / ".lock").write_text(f"{dead.pid} {os.uname().nodename}\n")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, warnings; warnings.simplefilter('ignore'); "
+         "from dynascope.store import RunLock; RunLock(sys.argv[1]); print('held', flush=True); "
+         "sys.stdin.read()", str(tmp_path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RunLockedError, match=rf"in use by pid {holder.pid} on "):
+            RunLock(tmp_path)
+        assert not lock_is_free(tmp_path)
+    finally:
+        holder.communicate("")
+    assert lock_is_free(tmp_path)  # the OS dropped it with the process
+    (tmp_path / ".lock").write_text("")  # an empty record (killed while writing it) is no lock
+    RunLock(tmp_path).release()
 
 
 def test_second_process_resuming_a_running_run_is_refused_then_sigterm_stops_the_first(
@@ -156,7 +174,7 @@ def test_second_process_resuming_a_running_run_is_refused_then_sigterm_stops_the
     assert run.status == "interrupted"
     step = int(run.events.query("kind == 'interrupted'")["step"].iloc[0])
     assert (run_dir / "checkpoints" / f"step_{step}.pt").is_file()
-    assert not (run_dir / ".lock").exists()
+    assert lock_is_free(run_dir)
 
 
 def _status_is_running(run_dir: Path) -> bool:
@@ -189,7 +207,7 @@ def test_eight_concurrent_runs_in_one_parent_all_complete_intact(tmp_path):
     for d in dirs:
         run = load_run(d)
         assert run.status == "finished"
-        assert not (d / ".lock").exists()
+        assert lock_is_free(d)
         table = run.scalars.sort_values(["step", "key"]).reset_index(drop=True)
         assert not table.duplicated(["step", "key"]).any()
         if reference is None:
@@ -228,7 +246,7 @@ def test_resume_refuses_a_crafted_pickle_checkpoint_and_runs_no_code(tmp_path):
     assert not evil.exists()
     after = load_run(run_dir)
     assert after.scalars.equals(before) and after.status == "finished"
-    assert not (run_dir / ".lock").exists()
+    assert lock_is_free(run_dir)
 
 
 def test_a_fresh_run_into_a_directory_with_a_different_run_is_refused(tmp_path):
@@ -280,7 +298,7 @@ def test_divergence_is_recorded_with_the_tensor_and_the_store_stays_intact(tmp_p
     for _, path in RunStore(tmp_path / "div").checkpoints():  # no checkpoint holds inf/NaN
         state = torch.load(path, weights_only=True)
         assert all(torch.isfinite(t).all() for t in state["model"].values())
-    assert not (tmp_path / "div" / ".lock").exists()
+    assert lock_is_free(tmp_path / "div")
 
 
 def _runner_diverge(config, run_dir, progress=False):

@@ -168,7 +168,7 @@ def _report_result(result) -> None:
             highlight=False,
             soft_wrap=True,
         )
-        raise typer.Exit(EXIT_SIGNAL[result.signal])
+        raise typer.Exit(EXIT_SIGNAL.get(result.signal, 130))
     summary = ", ".join(f"{k} {v:.4g}" for k, v in result.final.items())
     console.print(
         f"finished {result.step} steps in {result.run_dir}: {summary}",
@@ -289,7 +289,7 @@ def study_run(
             markup=False,
             highlight=False,
         )
-        raise typer.Exit(EXIT_SIGNAL[err.signal]) from None
+        raise typer.Exit(EXIT_SIGNAL.get(err.signal, 130)) from None
     _print_verdicts(outcome)
     console.print(
         f"wrote {out / 'verdict.json'}, {out / 'report.html'}, {out / 'figures'}/",

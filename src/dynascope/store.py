@@ -26,9 +26,10 @@ file). A transaction cut short by SIGKILL is rolled back when the database is ne
 Checkpoints are written to a temporary file, ``fsync``-ed, then renamed over the target, so
 ``checkpoints/`` only ever holds complete files.
 
-Concurrency: a writer takes ``RUN_DIR/.lock`` (created with ``O_EXCL``, holding the owner's
-pid and host); a second writer is refused with :class:`RunLockedError`, and a lock left by a
-dead process on this host is taken over with a :class:`RuntimeWarning`. Readers
+Concurrency: a writer holds an exclusive ``flock`` on ``RUN_DIR/.lock`` (which records its pid
+and host); a second writer is refused with :class:`RunLockedError`; the operating system drops
+the lock of a killed process, and its leftover record is taken over with a
+:class:`RuntimeWarning`. Readers
 (:func:`load_run`) never lock. :func:`create_run_dir` makes a fresh directory under a shared
 parent atomically (``os.mkdir``), adding ``-2``, ``-3``, ... when the name is taken.
 """
@@ -62,6 +63,7 @@ __all__ = [
     "UnsafeCheckpointError",
     "create_run_dir",
     "load_run",
+    "lock_is_free",
     "safe_name",
 ]
 
@@ -144,45 +146,48 @@ def _pid_alive(pid: int) -> bool:
 class RunLock:
     """``RUN_DIR/.lock``: one writer per run directory (see the module docstring).
 
+    The lock is an exclusive ``fcntl.flock`` on the file, which the operating system releases
+    when its process dies (SIGKILL included), so two processes can never both hold it, even
+    when both find a lock left behind by a killed run. The file records the holder's pid and
+    host for messages; a record left by a dead process is taken over with a warning. (``flock``
+    is per host: on a network file system shared by several hosts, run each run on one host.)
+
     Args:
         run_dir: an existing run directory.
     Raises:
-        RunLockedError: if a live process (or a process on another host) holds the lock.
+        RunLockedError: if another live process holds the lock.
     """
 
     def __init__(self, run_dir: str | os.PathLike[str]) -> None:
         self.path = Path(run_dir) / ".lock"
-        self._held = False
+        self._fd: int | None = None
         self._acquire()
 
     def _acquire(self) -> None:
-        host = socket.gethostname()
-        for _ in range(3):
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                owner = self._owner()
-                if owner is None:  # vanished, or being written this instant: look again
-                    continue
-                pid, owner_host = owner
-                if owner_host != host or _pid_alive(pid):
-                    raise RunLockedError(
-                        f"run directory {str(self.path.parent)!r} is in use by pid {pid} on "
-                        f"{owner_host} (lock file {self.path.name}); wait for it to finish"
-                    ) from None
-                warnings.warn(
-                    f"taking over the lock of {str(self.path.parent)!r} left by pid {pid}, "
-                    "which is no longer running",
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
-                self.path.unlink(missing_ok=True)
-                continue
-            with os.fdopen(fd, "w") as f:
-                f.write(f"{os.getpid()} {host}\n")
-            self._held = True
-            return
-        raise RunLockedError(f"could not lock run directory {str(self.path.parent)!r}")
+        import fcntl
+
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            owner = self._owner()
+            who = f"pid {owner[0]} on {owner[1]}" if owner else "another process"
+            raise RunLockedError(
+                f"run directory {str(self.path.parent)!r} is in use by {who} "
+                f"(lock file {self.path.name}); wait for it to finish"
+            ) from None
+        owner = self._owner()
+        if owner is not None and owner[0] != os.getpid():
+            warnings.warn(
+                f"taking over the lock of {str(self.path.parent)!r} left by pid {owner[0]}, "
+                "which is no longer running",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+        self._fd = fd
 
     def _owner(self) -> tuple[int, str] | None:
         try:
@@ -191,13 +196,41 @@ class RunLock:
         except (FileNotFoundError, ValueError):
             return None
 
+    @property
+    def held(self) -> bool:
+        """Whether this object holds the lock."""
+        return self._fd is not None
+
     def release(self) -> None:
-        """Remove the lock file if this process holds it."""
-        if self._held:
-            owner = self._owner()
-            if owner is not None and owner[0] == os.getpid():
-                self.path.unlink(missing_ok=True)
-            self._held = False
+        """Clear the record and release the lock (the file stays: removing it could let two
+        processes lock two different files)."""
+        if self._fd is None:
+            return
+        import fcntl
+
+        try:
+            os.ftruncate(self._fd, 0)
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            os.close(self._fd)
+            self._fd = None
+
+
+def lock_is_free(run_dir: str | os.PathLike[str]) -> bool:
+    """True if no live process holds ``RUN_DIR/.lock`` (for tests and tools)."""
+    import fcntl
+
+    path = Path(run_dir) / ".lock"
+    if not path.exists():
+        return True
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
 
 
 def _to_float(value: Any) -> float:

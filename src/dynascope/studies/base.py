@@ -208,9 +208,14 @@ class Study:
                     store.event(0, "error", f"{type(err).__name__}: {err}")
                     store.set_status(0, "failed")
             seconds = time.perf_counter() - t0
-            if getattr(result, "status", None) == "interrupted":
-                raise StudyInterrupted(spec.name, result.signal, result.step)
             run = load_run(run_dir)
+            if run.status == "interrupted":  # read from the store: any runner, any return value
+                stops = run.events[run.events["kind"] == "interrupted"]
+                signal = getattr(result, "signal", None) or (
+                    stops["detail"].iloc[-1] if len(stops) else "SIGINT"
+                )
+                step = int(stops["step"].iloc[-1]) if len(stops) else 0
+                raise StudyInterrupted(spec.name, signal, step)
             runs[spec.name] = run
             run_rows.append({"name": spec.name, "status": run.status, "seconds": round(seconds, 2)})
             if on_run is not None:
