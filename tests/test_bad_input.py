@@ -466,6 +466,12 @@ CASES = [
         r"^error: --out: '.*taken' exists and is not a directory$",
         files={"taken": b"x"},
     ),
+    case("run out empty", (*RUN, "--out", ""), r"^error: --out: give a directory for the run"),
+    set_(
+        "steps beyond 1e12",
+        "train.steps=100000000000000000000",
+        r"^error: train\.steps: Input should be less than or equal to 1000000000000 \(got 1",
+    ),
     case(
         "run out below a file",
         (*RUN, "--out", "<tmp>/taken/sub"),

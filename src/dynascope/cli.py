@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import sqlite3
 import sys
 import warnings
 from pathlib import Path
@@ -77,8 +78,16 @@ def _fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     raise typer.Exit(code)
 
 
+def _db_errors() -> tuple[type[BaseException], ...]:
+    from pandas.errors import DatabaseError
+
+    return (sqlite3.DatabaseError, DatabaseError)
+
+
 def _refuse_unusable_dir(out: Path) -> None:
     """Fail (exit 2) if ``out`` exists as a file or cannot be created under its parents."""
+    if str(out) in ("", "."):
+        _fail(f"--out: give a directory for the run (got {str(out)!r})")
     if out.exists() and not out.is_dir():
         _fail(f"--out: {str(out)!r} exists and is not a directory")
     for parent in out.parents:
@@ -119,13 +128,15 @@ def run(
         cfg = load_config(config, set_ or [])
         if out is not None:
             _refuse_existing_run(out)
+        else:
+            _refuse_unusable_dir(Path("runs") / cfg.name)
         trainer = Trainer(
             cfg, out or Path("runs") / cfg.name, progress=progress and sys.stderr.isatty()
         )
         if out is None:  # only now, with every input valid: a fresh directory, atomically
             created = trainer.run_dir = create_run_dir("runs", cfg.name)
         result = trainer.run()
-    except (ConfigError, RunLockedError) as err:
+    except (ConfigError, RunLockedError, sqlite3.DatabaseError) as err:
         if created is not None and not any(created.iterdir()):
             created.rmdir()
         _fail(str(err))
@@ -149,7 +160,7 @@ def resume(
         cfg = load_config(run_dir / "config.yaml")
         trainer = Trainer(cfg, run_dir, progress=progress and sys.stderr.isatty())
         result = trainer.run(resume=True)
-    except (ConfigError, RunLockedError, UnsafeCheckpointError) as err:
+    except (ConfigError, RunLockedError, UnsafeCheckpointError, sqlite3.DatabaseError) as err:
         _fail(str(err))
     _report_result(result)
 
@@ -186,6 +197,8 @@ def show(run_dir: Annotated[Path, typer.Argument(help="run directory")]) -> None
         r = load_run(run_dir)
     except FileNotFoundError as err:
         _fail(f"RUN_DIR: {err}")
+    except _db_errors() as err:
+        _fail(f"RUN_DIR: {str(run_dir)!r}: metrics.sqlite is not readable ({err})")
     table = Table(title=f"{r.name}: {r.status}")
     table.add_column("key")
     table.add_column("step", justify="right")
@@ -209,7 +222,10 @@ def report(directory: Annotated[Path, typer.Argument(help="run or study director
         return
     if not (directory / "metrics.sqlite").is_file():
         _fail(f"DIR: {str(directory)!r} is neither a run directory nor a study directory")
-    path = report_run(directory)
+    try:
+        path = report_run(directory)
+    except _db_errors() as err:
+        _fail(f"DIR: {str(directory)!r}: metrics.sqlite is not readable ({err})")
     console.print(f"wrote {path}", markup=False, highlight=False)
 
 

@@ -302,7 +302,7 @@ class OptimizerConfig(_Config):
 
 
 class TrainConfig(_Config):
-    steps: _Int = Field(1000, ge=1)
+    steps: _Int = Field(1000, ge=1, le=10**12)
     batch_size: _Int = Field(64, ge=1)
     log_every: _Int = Field(10, ge=1, description="steps between train-loss rows")
     eval_every: _Int = Field(250, ge=1)
@@ -374,7 +374,11 @@ _MAPPING_TYPES = {"model_type", "model_attributes_type", "dict_type"}
 
 def _short(value: Any, limit: int = 60) -> str:
     """``repr(value)``, cut to ``limit`` characters so the error stays one readable line."""
-    text = repr(value)
+    import reprlib  # bounded: a YAML alias bomb must not be expanded into a string
+
+    short = reprlib.Repr()
+    short.maxstring = short.maxother = short.maxlong = limit
+    text = short.repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

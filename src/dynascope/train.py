@@ -136,6 +136,7 @@ class Trainer:
         )
         self._loss_sum = torch.zeros((), dtype=torch.float64)
         self._loss_count = 0
+        self._step = 0  # the step being trained (for an interrupt's record)
 
     # -- pieces -----------------------------------------------------------------------------
     def _to_device(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -186,6 +187,15 @@ class Trainer:
         }
 
     def _load_state(self, state: dict) -> int:
+        try:
+            return self._restore(state)
+        except (KeyError, RuntimeError, ValueError, TypeError) as err:
+            raise ConfigError(
+                f"checkpoint: does not fit this run's config (got {type(err).__name__}: "
+                f"{str(err).splitlines()[0][:120]}); was config.yaml or the checkpoint replaced?"
+            ) from None
+
+    def _restore(self, state: dict) -> int:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -223,7 +233,13 @@ class Trainer:
         if not resume:
             self._refuse_different_run()
         with RunStore(self.run_dir, lock=True) as store, _StopSignals() as stop:
-            return self._loop(store, stop, resume)
+            try:
+                return self._loop(store, stop, resume)
+            except KeyboardInterrupt:  # a second signal: stop now, but say so in the store
+                step = self._step
+                store.event(step, "interrupted", "SIGINT (at once, no checkpoint at this step)")
+                store.set_status(step, "interrupted")
+                raise
 
     def _refuse_different_run(self) -> None:
         existing = self.run_dir / "config.yaml"
@@ -262,6 +278,7 @@ class Trainer:
         bar = _progress(self.progress, self.config.name, cfg.steps, start)
         try:
             for step in range(start + 1, cfg.steps + 1):
+                self._step = step
                 batch = self._to_device(self.task.batch("train", cfg.batch_size, self.generator))
                 output = self.model(batch["x"])
                 loss = self.task.loss(output, batch)
