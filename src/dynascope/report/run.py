@@ -37,17 +37,23 @@ def report_run(run_dir: str | os.PathLike[str]) -> Path:
     mean_keys = sorted(k for k in keys if ".mean." in k)
     if mean_keys:
         metrics = sorted({k.split(".mean.", 1)[1] for k in mean_keys})
+        ncols = min(4, len(metrics))  # a grid, not one long row, however many probes ran
+        nrows = -(-len(metrics) // ncols)
         fig, axes = new_figure(
-            len(metrics), title=f"{run.name}: probes (mean over layers and heads)", width=3.2
+            ncols, nrows, title=f"{run.name}: probes (mean over layers and heads)", width=3.2
         )
         for ax, metric in zip(axes, metrics):
             for key in mean_keys:
                 if key.endswith(".mean." + metric):
                     series = run.scalar(key)
-                    ax.plot(series.index, series.values, marker=".", label=key.split(".")[0])
+                    # the full prefix ("qk", "L0.dqk") tells the curves apart
+                    label = key.split(".mean.", 1)[0]
+                    ax.plot(series.index, series.values, marker=".", label=label)
             ax.set_xscale("symlog", linthresh=1)
             ax.set(xlabel="step", title=metric)
-            ax.legend()
+            ax.legend(fontsize="small")
+        for ax in axes[len(metrics) :]:
+            ax.set_visible(False)
         paths.append(save_figure(fig, figures_dir / "probes.png"))
     summary = []
     if not run.scalars.empty:
