@@ -466,6 +466,12 @@ CASES = [
         r"^error: --out: '.*taken' exists and is not a directory$",
         files={"taken": b"x"},
     ),
+    case(
+        "entropy on linear attention",
+        (*RUN, "--set", "model.attention=linear", "--set", "monitor.probes=[attention_entropy]"),
+        r"^error: config: monitor\.probes: attention_entropy needs softmax attention "
+        r"\(got model\.attention='linear'\)$",
+    ),
     case("run out empty", (*RUN, "--out", ""), r"^error: --out: give a directory for the run"),
     set_(
         "steps beyond 1e12",

@@ -344,6 +344,18 @@ class RunConfig(_Config):
     train: TrainConfig = TrainConfig()
     monitor: MonitorConfig = MonitorConfig()
 
+    @model_validator(mode="after")
+    def _entropy_needs_softmax(self) -> RunConfig:
+        if (
+            "attention_entropy" in self.monitor.probes
+            and getattr(self.model, "attention", "softmax") != "softmax"
+        ):
+            raise ValueError(
+                "monitor.probes: attention_entropy needs softmax attention "
+                f"(got model.attention={self.model.attention!r})"
+            )
+        return self
+
     @field_validator("model", mode="before")
     @classmethod
     def _model_defaults_to_transformer(cls, model: Any) -> Any:
