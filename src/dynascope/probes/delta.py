@@ -23,8 +23,8 @@ from dynascope.probes.base import Probe, ProbeContext, register_probe
 from dynascope.probes.spectral import (  # the shared internals of the factored spectra
     _check_factors,
     _compute_dtype,
-    _format_tol,
     _normalized,
+    _rank_thresholds,
     effective_rank,
     factor_singular_values,
     ov_factors,
@@ -228,19 +228,10 @@ class DeltaSpectrum(Probe):
         abs_tol: float = 1e-3,
         per_head: bool = True,
     ) -> None:
-        rel_tols = tuple(float(t) for t in rel_tols)
-        if not all(t >= 0 for t in rel_tols):
-            raise ValueError(f"rel_tols must all be >= 0 (got {rel_tols})")
-        names = [_format_tol(t) for t in rel_tols]
-        if len(set(names)) != len(names):
-            raise ValueError(f"rel_tols must be distinct (got {rel_tols})")
-        if not abs_tol >= 0:
-            raise ValueError(f"abs_tol must be >= 0 (got {abs_tol})")
-        self.rel_tols = rel_tols
-        self.abs_tol = float(abs_tol)
+        self.rel_tols, self.abs_tol, rank_names = _rank_thresholds(rel_tols, abs_tol)
         self.per_head = per_head
-        self._metric_names = [f"rank_{n}" for n in names] + [
-            "rank_abs",
+        self._metric_names = [
+            *rank_names,
             "effective_rank",
             "stable_rank",
             "spectral_norm",

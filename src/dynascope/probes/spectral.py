@@ -337,6 +337,25 @@ def _format_tol(tol: float) -> str:
     return f"{mantissa}e{int(exponent)}"
 
 
+def _rank_thresholds(
+    rel_tols: Sequence[float], abs_tol: float
+) -> tuple[tuple[float, ...], float, list[str]]:
+    """Checked ``(rel_tols, abs_tol)`` and the metric names ``rank_{tol}`` ... ``rank_abs``.
+
+    Raises:
+        ValueError: if a threshold is negative or two ``rel_tols`` give the same key.
+    """
+    rel_tols = tuple(float(t) for t in rel_tols)
+    if not all(t >= 0 for t in rel_tols):
+        raise ValueError(f"rel_tols must all be >= 0 (got {rel_tols})")
+    names = [f"rank_{_format_tol(t)}" for t in rel_tols]
+    if len(set(names)) != len(names):
+        raise ValueError(f"rel_tols must be distinct (got {rel_tols})")
+    if not abs_tol >= 0:
+        raise ValueError(f"abs_tol must be >= 0 (got {abs_tol})")
+    return rel_tols, float(abs_tol), [*names, "rank_abs"]
+
+
 class _FactorSpectrum(Probe):
     """Shared body of :class:`QKSpectrum` and :class:`OVSpectrum`."""
 
@@ -349,19 +368,10 @@ class _FactorSpectrum(Probe):
         abs_tol: float = 1e-3,
         per_head: bool = True,
     ) -> None:
-        rel_tols = tuple(float(t) for t in rel_tols)
-        if not all(t >= 0 for t in rel_tols):
-            raise ValueError(f"rel_tols must all be >= 0 (got {rel_tols})")
-        names = [_format_tol(t) for t in rel_tols]
-        if len(set(names)) != len(names):
-            raise ValueError(f"rel_tols must be distinct (got {rel_tols})")
-        if not abs_tol >= 0:
-            raise ValueError(f"abs_tol must be >= 0 (got {abs_tol})")
-        self.rel_tols = rel_tols
-        self.abs_tol = float(abs_tol)
+        self.rel_tols, self.abs_tol, rank_names = _rank_thresholds(rel_tols, abs_tol)
         self.per_head = per_head
-        self._metric_names = [f"rank_{n}" for n in names] + [
-            "rank_abs",
+        self._metric_names = [
+            *rank_names,
             "effective_rank",
             "stable_rank",
             "nuclear_norm",

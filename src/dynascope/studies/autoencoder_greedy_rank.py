@@ -92,7 +92,7 @@ from dynascope.probes.latent import latent_covariance_spectrum
 from dynascope.probes.spectral import effective_rank, rank_at, stable_rank
 from dynascope.report import new_figure, save_figure
 from dynascope.store import Run, RunStore
-from dynascope.studies.base import Analysis, RunSpec, Study, Verdict
+from dynascope.studies.base import Analysis, RunSpec, Study, Verdict, one_intra_op_thread
 from dynascope.tasks.low_rank import LowRankGaussian
 
 __all__ = [
@@ -199,12 +199,8 @@ def run_autoencoder(config: AutoencoderRunConfig, run_dir: Path, *, progress: bo
     (thread hand-offs, not arithmetic).
     """
     del progress
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_intra_op_thread():
         _train_autoencoder(config, run_dir)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _train_autoencoder(config: AutoencoderRunConfig, run_dir: Path) -> None:

@@ -69,7 +69,6 @@ perturbation of the weights mid-plateau.
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -80,7 +79,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from dynascope.config import RunConfig, validate_config
 from dynascope.report import new_figure, save_figure
 from dynascope.store import Run, RunStore
-from dynascope.studies.base import Analysis, RunSpec, Study, Verdict
+from dynascope.studies.base import Analysis, RunSpec, Study, Verdict, one_intra_op_thread
 from dynascope.tasks.diagonal_teacher import DiagonalAttentionTeacher
 from dynascope.train import run_training
 
@@ -182,7 +181,7 @@ def run_diagonal_toy(config: DiagonalToyConfig, run_dir: Path, *, progress: bool
     alphas = torch.tensor(config.alphas, dtype=torch.float64)
     generator = torch.Generator().manual_seed(config.seed + 1)
     w = teacher.init_weights(alphas, generator)  # [n_alpha, 4, d_model]
-    with RunStore(run_dir) as store, _one_thread():
+    with RunStore(run_dir) as store, one_intra_op_thread():
         store.truncate_after(-1)  # a re-run replaces the directory's rows
         store.write_config(config.model_dump(mode="json"))
         store.set_status(0, "running")
@@ -201,29 +200,13 @@ def run_diagonal_toy(config: DiagonalToyConfig, run_dir: Path, *, progress: bool
         store.set_status(config.steps, "finished")
 
 
-@contextmanager
-def _one_thread():
-    """Run torch on one intra-op thread inside the block, then restore the previous count.
-
-    The toy's kernels are tiny ([n_alpha, N, n, n] with n = 8): a second thread only adds
-    synchronisation, and on a loaded machine it was measured to cost 10× (2 threads: 151 ms per
-    GD step, 1 thread: 14 ms, same load).
-    """
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
 def _train_runner(config: RunConfig, run_dir: Path, *, progress: bool = False) -> None:
     """The Trainer on one intra-op thread: the ViT is tiny (5 tokens, d_model 32), and with two
     threads on a loaded 2-core machine a step was measured at 180 ms against 10 ms on one."""
     if config.device != "cpu":
         run_training(config, run_dir, progress=progress)
         return
-    with _one_thread():
+    with one_intra_op_thread():
         run_training(config, run_dir, progress=progress)
 
 

@@ -91,7 +91,7 @@ from dynascope.config import RunConfig, validate_config
 from dynascope.nn.reparam import register_sigma_reparam
 from dynascope.report import new_figure, save_figure
 from dynascope.store import Run, RunStore
-from dynascope.studies.base import Analysis, RunSpec, Study, Verdict
+from dynascope.studies.base import Analysis, RunSpec, Study, Verdict, one_intra_op_thread
 from dynascope.train import run_training
 
 __all__ = ["STUDY", "SigmaReparamEntropyPreset", "UnitCheckConfig", "analyze", "build_runs"]
@@ -182,12 +182,8 @@ def _train_runner(config: RunConfig, run_dir: Path, *, progress: bool = False) -
     """Train on one intra-op thread (restored afterwards): this ViT's matrices are too small
     for a second thread to pay; on a 2-core machine 2 threads measured slower (CPU 435 s vs
     201 s single-threaded for the 300-step sweep, 2026-12-01)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_intra_op_thread():
         run_training(config, run_dir, progress=progress)
-    finally:
-        torch.set_num_threads(threads)
 
 
 # -- presets ----------------------------------------------------------------------------------

@@ -126,14 +126,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynascope.config import RunConfig, validate_config
 from dynascope.probes.slingshot import SlingshotCycle, detect_slingshots, grok_step, onset_distance
 from dynascope.report import new_figure, save_figure
 from dynascope.store import Run
-from dynascope.studies.base import Analysis, RunSpec, Study, Verdict
+from dynascope.studies.base import Analysis, RunSpec, Study, Verdict, one_intra_op_thread
 from dynascope.tasks.modular_arithmetic import equations
 from dynascope.train import run_training
 
@@ -213,12 +212,8 @@ def _train_runner(config: RunConfig, run_dir: Path, *, progress: bool = False) -
     parallelism: with two threads on a busy 2-core machine, the smoke run's backward pass was
     measured 10x slower than with one (thread hand-offs wait on a descheduled thread).
     """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_intra_op_thread():
         run_training(config, run_dir, progress=progress)
-    finally:
-        torch.set_num_threads(threads)
 
 
 # -- presets ----------------------------------------------------------------------------------
