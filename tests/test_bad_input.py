@@ -84,6 +84,11 @@ CASES = [
         r"^error: config file '.*config\.yaml': invalid YAML at line 2$",
     ),
     conf(
+        "yaml duplicate key",
+        "train:\n  steps: 5\n  lr: 0.1\n  steps: 50\n",
+        r"^error: config file '.*config\.yaml': duplicate key 'steps' at line 4$",
+    ),
+    conf(
         "not utf-8",
         b"name: caf\xe9\n",
         r"^error: config file '.*config\.yaml': not UTF-8 text$",

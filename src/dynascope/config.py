@@ -14,7 +14,7 @@ Every input is validated before anything is written. Errors are :class:`ConfigEr
 line naming the field, the value and what is allowed (:func:`format_validation_error`); a
 boolean where a number belongs (``steps: true``) is an error, not 1. Dotted
 overrides (``--set model.n_heads=4``) are applied to the raw mapping and go through the same
-validation. YAML is only ever read with ``yaml.safe_load``.
+validation. YAML is only ever read with a safe loader (``yaml.SafeLoader``, refusing repeated keys).
 """
 
 from __future__ import annotations
@@ -490,11 +490,34 @@ def validate_config(data: Any, overrides: list[str] | None = None) -> RunConfig:
         raise ConfigError(format_validation_error(err)) from None
 
 
+class _DuplicateKeyError(ValueError):
+    """A YAML mapping names the same key twice."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a mapping with a repeated key.
+
+    PyYAML keeps the last value of a repeated key silently; in a config that hides a typo
+    (``lr`` set twice, the first one ignored), so it is bad input here.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                line = key_node.start_mark.line + 1
+                raise _DuplicateKeyError(f"duplicate key {key!r} at line {line}")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None) -> RunConfig:
-    """Read a YAML config (``yaml.safe_load``), apply overrides, validate.
+    """Read a YAML config (safe loader), apply overrides, validate.
 
     Raises:
-        ConfigError: missing or unreadable file, YAML syntax error, or invalid config.
+        ConfigError: missing or unreadable file, YAML syntax error, a key repeated in one
+            mapping, or invalid config.
     """
     path = Path(path)
     if path.is_dir():
@@ -502,7 +525,9 @@ def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None
     if not path.is_file():
         raise ConfigError(f"config file: no such file: {str(path)!r}")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506
+    except _DuplicateKeyError as err:
+        raise ConfigError(f"config file {str(path)!r}: {err}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
