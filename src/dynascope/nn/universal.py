@@ -1,0 +1,382 @@
+"""Universal Transformer with adaptive computation time (ACT), and Hyper-UT.
+
+Glossary (TransformerLens names; everything right-multiplies, ``x @ W``):
+    batch, pos:   sequences and positions; ``n_ctx`` the largest ``pos``.
+    d_model, n_heads, d_head, d_mlp: as in :mod:`dynascope.nn.transformer`.
+    d_vocab, d_out: input token ids and output classes.
+    T:            ``act_max_steps``, the most times the shared block is applied.
+    p:            halting probability ``sigmoid(state @ w_halt + b_halt)``, ``[batch, pos]``
+                  (``global`` halting: the mean over positions, shared by the sequence).
+    hp, rem, n:   accumulated halting probability, remainder, number of updates ``[batch, pos]``.
+    w_t:          the weight of step t's state: ``p·running`` or the remainder when halting.
+    thr:          ``1 − act_epsilon``.
+    ponder cost:  ``act_loss_weight · mean(n + rem)`` (added to the task loss).
+    K:            Hyper-UT's number of weight banks; ``mix_t = softmax(s_t @ W_g + b_g)``
+                  ``[batch, K]`` from ``s_t``, the state at the readout position (or the mean
+                  over positions) before step t; the block's weights are
+                  ``W_t = sum_k mix_t[k] W[k]`` per example.
+
+ACT, exactly as tensor2tensor's ``universal_transformer_act`` (per position, ``basic``)::
+
+    hp = rem = n = prev = 0
+    while any(hp < thr and n < T):
+        state = state + timing(pos) + timing(step)
+        p = sigmoid(halting(state))                    # global: mean over positions
+        running = hp < 1
+        new_halted = (hp + p·running > thr)·running
+        running = (hp + p·running <= thr)·running
+        hp += p·running;  rem += new_halted·(1 − hp);  hp += new_halted·rem
+        n += running + new_halted
+        w = p·running + new_halted·rem
+        transformed = block(state)
+        prev = transformed·w + prev·(1 − w)             # accumulated: prev += transformed·w
+        state = transformed
+    output = prev
+
+Halted positions are still transformed but weighted 0. Hitting T stops the loop without a
+remainder (unlike Graves' ACT; ``force_halt_at_max=True`` assigns it at step T). The oracle:
+a constant p = 0.3 gives n = 4, rem = 0.1 and weights 0.3, 0.3, 0.3, 0.1.
+
+Blocks are pre-LN and bidirectional: ``x + attn(ln1(x))``, then ``x + mlp(ln2(x))`` (GELU);
+the readout is ``ln_final(output[:, readout_pos]) @ W_U + b_U``.
+
+References:
+    M. Dehghani, S. Gouws, O. Vinyals, J. Uszkoreit, Ł. Kaiser (2019), "Universal
+        Transformers", ICLR, arXiv 1807.03819, Sec. 2.2 (ACT); tensorflow/tensor2tensor
+        ``models/research/universal_transformer_util.py`` (``universal_transformer_act``).
+    A. Graves (2016), "Adaptive Computation Time for Recurrent Neural Networks",
+        arXiv 1603.08983, eq. (5)-(12).
+    S. Abnar et al. (2023), "Adaptivity and Modularity for Efficient Generalization Over Task
+        Complexity", arXiv 2310.08866 (Hyper-UT; the bank-mixture generator here is our choice).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .transformer import TransformerBlock
+
+__all__ = [
+    "ACTResult",
+    "HyperUT",
+    "UniversalTransformer",
+    "adaptive_computation_time",
+    "timing_signal",
+]
+
+Halting = Literal["basic", "global"]
+
+
+def timing_signal(length: int, d_model: int) -> Tensor:
+    """Sinusoidal signal ``[length, d_model]``: sin in the first half, cos in the second.
+
+    Timescales ``10^4^(i / (d_model/2 − 1))`` as tensor2tensor's ``get_timing_signal_1d``.
+    """
+    half = d_model // 2
+    scales = torch.exp(-math.log(1e4) * torch.arange(half) / max(half - 1, 1))
+    angles = torch.arange(length, dtype=torch.float32)[:, None] * scales[None]
+    signal = torch.cat([angles.sin(), angles.cos()], dim=1)
+    return F.pad(signal, (0, d_model % 2))
+
+
+@dataclass
+class ACTResult:
+    """What :func:`adaptive_computation_time` returns.
+
+    Attributes:
+        output: ``[batch, pos, d_model]`` the halting-weighted state (``prev``).
+        n_updates: ``[batch, pos]`` n, the number of steps that counted.
+        remainders: ``[batch, pos]`` rem.
+        halting_probability: ``[batch, pos]`` hp at the end (1 for halted positions).
+        weights: ``[steps, batch, pos]`` w_t of every step taken.
+        steps: number of loop iterations (the largest n).
+    """
+
+    output: Tensor
+    n_updates: Tensor
+    remainders: Tensor
+    halting_probability: Tensor
+    weights: Tensor
+    steps: int
+
+    def ponder_cost(self) -> Tensor:
+        """``mean(n + rem)`` over batch and positions (multiply by ``act_loss_weight``)."""
+        return (self.n_updates + self.remainders).mean()
+
+
+def adaptive_computation_time(
+    state: Tensor,
+    transform: Callable[[Tensor, int], Tensor],
+    halting: Callable[[Tensor], Tensor],
+    *,
+    max_steps: int,
+    epsilon: float = 0.01,
+    signal: Callable[[Tensor, int], Tensor] | None = None,
+    force_halt_at_max: bool = False,
+    accumulated: bool = False,
+) -> ACTResult:
+    """tensor2tensor's ACT loop (see the module docstring) around any step function.
+
+    Args:
+        state: ``[batch, pos, d_model]`` the initial state.
+        transform: ``(state, step) -> new state`` (the shared block).
+        halting: ``state -> p`` ``[batch, pos]`` in [0, 1].
+        max_steps: T >= 1.
+        epsilon: thr = 1 − epsilon, in (0, 1).
+        signal: ``(state, step) -> state`` applied before halting (timing signals); identity if
+            None.
+        force_halt_at_max: give still-running positions their remainder at step T.
+        accumulated: ``prev += transformed·w`` instead of the interpolation.
+    Returns:
+        :class:`ACTResult`.
+    Raises:
+        ValueError: if ``max_steps < 1`` or ``epsilon`` is not in (0, 1).
+    References:
+        Dehghani et al. (2019), arXiv 1807.03819; tensor2tensor ``universal_transformer_act``.
+    """
+    if max_steps < 1:
+        raise ValueError(f"max_steps must be >= 1 (got max_steps={max_steps})")
+    if not 0 < epsilon < 1:
+        raise ValueError(f"epsilon must be in (0, 1) (got epsilon={epsilon})")
+    thr = 1.0 - epsilon
+    shape = state.shape[:2]
+    hp = state.new_zeros(shape)
+    rem = state.new_zeros(shape)
+    n = state.new_zeros(shape)
+    prev = torch.zeros_like(state)
+    weights = []
+    step = 0
+    while bool(((hp < thr) & (n < max_steps)).any()):
+        if signal is not None:
+            state = signal(state, step)
+        p = halting(state)
+        running = (hp < 1.0).to(state.dtype)
+        last = (n + 1 >= max_steps) if force_halt_at_max else torch.zeros_like(hp, dtype=torch.bool)
+        over = (hp + p * running > thr) | last
+        new_halted = over.to(state.dtype) * running
+        running = (~over).to(state.dtype) * running
+        hp = hp + p * running
+        rem = rem + new_halted * (1.0 - hp)
+        hp = hp + new_halted * rem
+        n = n + running + new_halted
+        w = p * running + new_halted * rem
+        transformed = transform(state, step)
+        if accumulated:
+            prev = prev + transformed * w[..., None]
+        else:
+            prev = transformed * w[..., None] + prev * (1.0 - w[..., None])
+        state = transformed
+        weights.append(w)
+        step += 1
+    return ACTResult(prev, n, rem, hp, torch.stack(weights), step)
+
+
+class UniversalTransformer(nn.Module):
+    """One pre-LN block applied up to ``act_max_steps`` times under ACT; pooled readout.
+
+    Args:
+        d_vocab, d_out, n_ctx: token ids, output classes, largest sequence length.
+        d_model, n_heads, d_mlp: block sizes.
+        act_max_steps: T >= 1.
+        halting: ``"basic"`` (per position) or ``"global"`` (per sequence).
+        act_epsilon: thr = 1 − act_epsilon.
+        act_loss_weight: weight of the ponder cost in :meth:`loss_terms`.
+        halting_bias_init: initial bias of the halting unit (tensor2tensor: 1.0).
+        readout_pos: position read out by the classifier.
+        force_halt_at_max, accumulated: see :func:`adaptive_computation_time`.
+    Raises:
+        ValueError: for non-positive sizes, ``act_max_steps < 1``, an unknown ``halting`` and
+            as :class:`TransformerBlock`.
+    References:
+        Dehghani et al. (2019), arXiv 1807.03819; tensor2tensor ``universal_transformer.py``
+        (hparams ``act_max_steps``, ``act_halting_bias_init``, ``act_epsilon``,
+        ``act_loss_weight``).
+    """
+
+    def __init__(
+        self,
+        *,
+        d_vocab: int,
+        d_out: int,
+        n_ctx: int,
+        d_model: int,
+        n_heads: int,
+        d_mlp: int,
+        act_max_steps: int = 8,
+        halting: Halting = "basic",
+        act_epsilon: float = 0.01,
+        act_loss_weight: float = 0.01,
+        halting_bias_init: float = 1.0,
+        readout_pos: int = 0,
+        force_halt_at_max: bool = False,
+        accumulated: bool = False,
+    ) -> None:
+        super().__init__()
+        for name, value in (
+            ("d_vocab", d_vocab),
+            ("d_out", d_out),
+            ("n_ctx", n_ctx),
+            ("act_max_steps", act_max_steps),
+        ):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1 (got {name}={value})")
+        if halting not in ("basic", "global"):
+            raise ValueError(f"halting must be 'basic' or 'global' (got halting={halting!r})")
+        if not 0 <= readout_pos < n_ctx:
+            raise ValueError(f"readout_pos must be in 0..{n_ctx - 1} (got {readout_pos})")
+        self.d_model, self.n_heads, self.d_mlp, self.n_ctx = d_model, n_heads, d_mlp, n_ctx
+        self.act_max_steps, self.halting_kind = act_max_steps, halting
+        self.act_epsilon, self.act_loss_weight = act_epsilon, act_loss_weight
+        self.readout_pos = readout_pos
+        self.force_halt_at_max, self.accumulated = force_halt_at_max, accumulated
+        self.W_E = nn.Parameter(torch.randn(d_vocab, d_model) * 0.02)
+        self.register_buffer("pos_signal", timing_signal(n_ctx, d_model), persistent=False)
+        self.register_buffer("step_signal", timing_signal(act_max_steps, d_model), persistent=False)
+        self.halt = nn.Linear(d_model, 1)
+        nn.init.constant_(self.halt.bias, halting_bias_init)
+        self.block = self._make_block()
+        self.ln_final = nn.LayerNorm(d_model)
+        self.W_U = nn.Parameter(torch.randn(d_model, d_out) / math.sqrt(d_model))
+        self.b_U = nn.Parameter(torch.zeros(d_out))
+
+    def _make_block(self) -> nn.Module:
+        return TransformerBlock(self.d_model, self.n_heads, d_mlp=self.d_mlp, is_causal=False)
+
+    def _transform(self, state: Tensor, step: int) -> Tensor:
+        return self.block(state)
+
+    def _halting(self, state: Tensor) -> Tensor:
+        p = torch.sigmoid(self.halt(state))[..., 0]  # [batch, pos]
+        if self.halting_kind == "global":
+            p = p.mean(-1, keepdim=True).expand_as(p)
+        return p
+
+    def _signal(self, state: Tensor, step: int) -> Tensor:
+        return state + self.pos_signal[: state.shape[1]] + self.step_signal[step]
+
+    def act(self, tokens: Tensor) -> ACTResult:
+        """Run ACT on token ids ``[batch, pos]``; the result's ``output`` is the final state.
+
+        Raises:
+            ValueError: if ``tokens`` is not a long ``[batch, pos]`` tensor with pos <= n_ctx.
+        """
+        if tokens.ndim != 2 or tokens.dtype != torch.long or tokens.shape[1] > self.n_ctx:
+            raise ValueError(
+                f"tokens must be a long tensor [batch, pos <= {self.n_ctx}] "
+                f"(got {tokens.dtype}, {tuple(tokens.shape)})"
+            )
+        return adaptive_computation_time(
+            self.W_E[tokens],
+            self._transform,
+            self._halting,
+            max_steps=self.act_max_steps,
+            epsilon=self.act_epsilon,
+            signal=self._signal,
+            force_halt_at_max=self.force_halt_at_max,
+            accumulated=self.accumulated,
+        )
+
+    def readout(self, result: ACTResult) -> Tensor:
+        """Logits ``[batch, d_out]`` at ``readout_pos``."""
+        return self.ln_final(result.output[:, self.readout_pos]) @ self.W_U + self.b_U
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        """Logits ``[batch, d_out]`` (see :meth:`act` for the ponder statistics)."""
+        return self.readout(self.act(tokens))
+
+
+class _BankBlock(nn.Module):
+    """Pre-LN block whose W_Q, W_K, W_V, W_O and MLP weights are per-example bank mixtures."""
+
+    def __init__(self, d_model: int, n_heads: int, d_mlp: int, n_banks: int) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(
+                f"n_heads must divide d_model (got d_model={d_model}, n_heads={n_heads})"
+            )
+        d_head = d_model // n_heads
+        self.n_heads, self.d_head = n_heads, d_head
+        K, s_in = n_banks, 1.0 / math.sqrt(d_model)
+        self.W_Q = nn.Parameter(torch.randn(K, n_heads, d_model, d_head) * s_in)
+        self.W_K = nn.Parameter(torch.randn(K, n_heads, d_model, d_head) * s_in)
+        self.W_V = nn.Parameter(torch.randn(K, n_heads, d_model, d_head) * s_in)
+        self.W_O = nn.Parameter(torch.randn(K, n_heads, d_head, d_model) / math.sqrt(d_model))
+        self.W_in = nn.Parameter(torch.randn(K, d_model, d_mlp) * s_in)
+        self.b_in = nn.Parameter(torch.zeros(K, d_mlp))
+        self.W_out = nn.Parameter(torch.randn(K, d_mlp, d_model) / math.sqrt(d_mlp))
+        self.b_out = nn.Parameter(torch.zeros(K, d_model))
+        self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+
+    def forward(self, x: Tensor, mix: Tensor) -> Tensor:
+        """``x`` ``[batch, pos, d_model]``, ``mix`` ``[batch, K]`` -> ``[batch, pos, d_model]``."""
+        W_Q, W_K, W_V, W_O = (
+            torch.einsum("bk,k...->b...", mix, W) for W in (self.W_Q, self.W_K, self.W_V, self.W_O)
+        )
+        h = self.ln1(x)
+        q = torch.einsum("bpm,bhmd->bhpd", h, W_Q)
+        k = torch.einsum("bpm,bhmd->bhpd", h, W_K)
+        v = torch.einsum("bpm,bhmd->bhpd", h, W_V)
+        z = F.scaled_dot_product_attention(q, k, v)  # bidirectional, scale 1/sqrt(d_head)
+        x = x + torch.einsum("bhpd,bhdm->bpm", z, W_O)
+        W_in, W_out = mix @ self.W_in.flatten(1), mix @ self.W_out.flatten(1)
+        W_in = W_in.view(-1, *self.W_in.shape[1:])
+        W_out = W_out.view(-1, *self.W_out.shape[1:])
+        hidden = F.gelu(torch.bmm(self.ln2(x), W_in) + (mix @ self.b_in)[:, None])
+        return x + torch.bmm(hidden, W_out) + (mix @ self.b_out)[:, None]
+
+
+class HyperUT(UniversalTransformer):
+    """Universal Transformer + ACT whose block weights are generated per step and example.
+
+    ``mix_t = softmax(s_t @ W_g + b_g)`` with ``s_t`` the state at ``readout_pos`` (``pool =
+    "readout"``) or the mean over positions (``"mean"``); every block matrix is the mixture
+    ``sum_k mix_t[k] W[k]`` of ``n_banks`` banks (SYSTEMS.md S8's default generator; the
+    paper's generator is unverified). The mixture entropy (nats) of the last call is kept in
+    ``last_mix_entropy`` ``[steps, batch]`` for the instruments.
+
+    Args:
+        n_banks: K >= 1.
+        pool: ``"readout"`` or ``"mean"``.
+        **kwargs: as :class:`UniversalTransformer`.
+    Raises:
+        ValueError: ``n_banks < 1`` or an unknown ``pool``; as :class:`UniversalTransformer`.
+    References:
+        Abnar et al. (2023), arXiv 2310.08866.
+    """
+
+    def __init__(
+        self, *, n_banks: int = 4, pool: Literal["readout", "mean"] = "readout", **kwargs
+    ) -> None:
+        if n_banks < 1:
+            raise ValueError(f"n_banks must be >= 1 (got n_banks={n_banks})")
+        if pool not in ("readout", "mean"):
+            raise ValueError(f"pool must be 'readout' or 'mean' (got pool={pool!r})")
+        self.n_banks, self.pool = n_banks, pool
+        super().__init__(**kwargs)
+        self.generator = nn.Linear(self.d_model, n_banks)
+        self.last_mix_entropy: Tensor | None = None
+        self._entropies: list[Tensor] = []
+
+    def _make_block(self) -> nn.Module:
+        return _BankBlock(self.d_model, self.n_heads, self.d_mlp, self.n_banks)
+
+    def _transform(self, state: Tensor, step: int) -> Tensor:
+        pooled = state[:, self.readout_pos] if self.pool == "readout" else state.mean(1)
+        mix = torch.softmax(self.generator(pooled), dim=-1)  # [batch, K]
+        self._entropies.append(-(mix * mix.clamp_min(1e-30).log()).sum(-1).detach())
+        return self.block(state, mix)
+
+    def act(self, tokens: Tensor) -> ACTResult:
+        """As :meth:`UniversalTransformer.act`; also sets ``last_mix_entropy``."""
+        self._entropies = []
+        result = super().act(tokens)
+        self.last_mix_entropy = torch.stack(self._entropies)
+        self._entropies = []
+        return result
