@@ -10,7 +10,12 @@ Glossary:
 
 Split: one permutation of the 1,797 images drawn from ``split_seed`` (``torch.Generator``);
 the first ``n_train`` are training, the rest validation. Deterministic, and the same for every
-run that uses the same ``n_train`` and ``split_seed``.
+run that uses the same ``n_train`` and ``split_seed``. With ``stratify=True`` the split keeps
+the class proportions instead (``sklearn.model_selection.train_test_split`` with
+``stratify=labels, random_state=split_seed``; SYSTEMS.md S7 proposes 1,297 / 500).
+
+Images: with ``patch_size = 8`` the single token is the image flattened row-major, so
+``x.reshape(batch, 1, 8, 8)`` is the 1×8×8 image a CNN reads.
 
 Batches: ``batch(split, batch_size, generator)`` returns the whole split in its fixed order
 when ``batch_size >= `` the split's size (full-batch training, as S13), else ``batch_size``
@@ -73,6 +78,7 @@ class Digits(Task):
         patch_size: 1, 2, 4 or 8.
         n_train: training images (1 .. 1796); the default 1,437 keeps 20% for validation.
         split_seed: seed of the permutation that splits the images.
+        stratify: keep the class proportions in both splits (then ``10 <= n_train <= 1787``).
     Raises:
         ValueError: if ``patch_size`` does not divide 8 or ``n_train`` is out of range.
     """
@@ -81,11 +87,22 @@ class Digits(Task):
     output_kind = "pooled"
     d_vocab = None
 
-    def __init__(self, *, patch_size: int = 4, n_train: int = 1437, split_seed: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        patch_size: int = 4,
+        n_train: int = 1437,
+        split_seed: int = 0,
+        stratify: bool = False,
+    ) -> None:
         if patch_size not in (1, 2, 4, 8):
             raise ValueError(f"patch_size must be one of 1, 2, 4, 8 (got {patch_size})")
         if not 1 <= n_train <= N_DIGITS - 1:
             raise ValueError(f"n_train must lie in [1, {N_DIGITS - 1}] (got {n_train})")
+        if stratify and not 10 <= n_train <= N_DIGITS - 10:
+            raise ValueError(
+                f"n_train must lie in [10, {N_DIGITS - 10}] with stratify=True (got {n_train})"
+            )
         self.patch_size = patch_size
         self.n_train = n_train
         self.split_seed = split_seed
@@ -93,7 +110,19 @@ class Digits(Task):
         self.d_in = patch_size * patch_size
         self.d_out = 10
         images, labels = _load()
-        order = torch.randperm(N_DIGITS, generator=torch.Generator().manual_seed(split_seed))
+        self.stratify = stratify
+        if stratify:
+            from sklearn.model_selection import train_test_split
+
+            first, rest = train_test_split(
+                range(N_DIGITS),
+                train_size=n_train,
+                stratify=labels.numpy(),
+                random_state=split_seed,
+            )
+            order = torch.tensor([*first, *rest])
+        else:
+            order = torch.randperm(N_DIGITS, generator=torch.Generator().manual_seed(split_seed))
         x = patchify(images, patch_size).to(torch.get_default_dtype())
         self._x = {"train": x[order[:n_train]], "val": x[order[n_train:]]}
         self._y = {"train": labels[order[:n_train]], "val": labels[order[n_train:]]}
