@@ -1,0 +1,441 @@
+"""Kernel instruments: empirical NTK, kernel change and alignment, analytic ReLU NTK/NNGP, the
+linearized model and its kernel-gradient-descent twin (SYSTEMS.md S11, S17).
+
+Glossary:
+    model_fn:  ``model_fn(params, x) -> [n, d_out]`` (``[n]`` is read as ``d_out = 1``), a pure
+               function of a dict of parameter tensors; :func:`model_function` makes one from an
+               ``nn.Module`` (optionally over a subset of its parameters).
+    n1, n2:    examples in ``x1``, ``x2``; ``d_out``: outputs per example; P: parameters.
+    J(x):      ``[n, d_out, P]`` Jacobian of the outputs w.r.t. ``params`` (never formed by
+               ``linearize``; formed per parameter tensor and example block by ``jacobian``).
+    Theta:     the empirical NTK, ``Theta(x, x')_{cc'} = sum_p J(x)_{cp} J(x')_{c'p}``.
+    Sigma:     the NNGP covariance of the infinite-width net.
+    N, M:      training and test examples of kernel gradient descent.
+
+References:
+    Jacot, Gabriel & Hongler (2018), "Neural Tangent Kernel", NeurIPS, arXiv 1806.07572.
+    Lee et al. (2019), "Wide Neural Networks of Any Depth Evolve as Linear Models Under Gradient
+    Descent", NeurIPS, arXiv 1902.06720 (linearized model, eq. 6). Novak et al. (2022), "Fast
+    Finite Width Neural Tangent Kernel", ICML, arXiv 2206.08720 (jvp/vjp contraction).
+    Yang & Littwin (2021), "Tensor Programs IIb", ICML, arXiv 2105.03703.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, jvp
+
+from dynascope.probes._kernels_analytic import kernel_gd, relu_kernels
+from dynascope.probes._kernels_entk import ModelFn, entk_jacobian, entk_jvp_vjp, quiet_functorch
+from dynascope.probes.base import Probe, ProbeContext, register_probe
+
+__all__ = [
+    "NTKDrift",
+    "analytic_ntk_relu",
+    "centered_kernel_alignment",
+    "empirical_ntk",
+    "kernel_alignment",
+    "kernel_gd_predictions",
+    "linearize",
+    "model_function",
+    "nngp_relu",
+    "ntk_relative_change",
+]
+
+NTKMode = Literal["full", "trace", "diagonal"]
+NTKStrategy = Literal["jacobian", "jvp_vjp"]
+
+
+def model_function(
+    model: nn.Module, include: Sequence[str] | None = None
+) -> tuple[ModelFn, dict[str, Tensor]]:
+    """``(model_fn, params)`` for :func:`empirical_ntk` from a module, over a parameter subset.
+
+    Args:
+        model: any module whose ``forward(x)`` returns ``[n, ...]``; outputs are flattened to
+            ``[n, d_out]``.
+        include: parameter-name prefixes to take the kernel over (e.g. ``["blocks.0.attn."]``
+            for attention only); ``None`` takes every parameter. The others stay fixed at their
+            current (detached) values.
+    Returns:
+        ``model_fn(params, x) -> [n, d_out]`` and ``params`` (detached tensors, by name).
+    Raises:
+        ValueError: if ``include`` selects no parameter.
+    """
+    named = {k: p.detach() for k, p in model.named_parameters()}
+    if include is None:
+        chosen = named
+    else:
+        chosen = {k: v for k, v in named.items() if any(k.startswith(p) for p in include)}
+    if not chosen:
+        raise ValueError(f"include selects no parameter of the model (got {list(include or [])})")
+    frozen = {k: v for k, v in named.items() if k not in chosen}
+    buffers = dict(model.named_buffers())
+
+    def model_fn(params: dict[str, Tensor], x: Tensor) -> Tensor:
+        out = functional_call(model, {**frozen, **buffers, **params}, (x,))
+        return out.reshape(out.shape[0], -1)
+
+    return model_fn, chosen
+
+
+def empirical_ntk(
+    model_fn: ModelFn,
+    params: dict[str, Tensor],
+    x1: Tensor,
+    x2: Tensor | None = None,
+    *,
+    mode: NTKMode = "full",
+    strategy: NTKStrategy = "jacobian",
+    chunk_size: int | None = None,
+) -> Tensor:
+    """Empirical NTK ``Theta(x, x')_{cc'} = sum_p df_c(x)/dtheta_p * df_c'(x')/dtheta_p``.
+
+    The sum runs over the parameters in ``params`` only: pass a subset (see
+    :func:`model_function`) for the kernel of some layers (e.g. only attention).
+
+    Args:
+        model_fn: ``model_fn(params, x) -> [n, d_out]`` (or ``[n]``), pure in ``params``.
+        params: parameter tensors by name (requires_grad is not needed).
+        x1: ``[n1, ...]`` inputs.
+        x2: ``[n2, ...]`` inputs; ``None`` means ``x1``. In ``diagonal`` mode examples are
+            paired, so ``n2 = n1``.
+        mode: ``"full"`` -> ``[n1, n2, d_out, d_out]``; ``"trace"`` -> ``[n1, n2]``, the
+            **sum** over outputs ``sum_c Theta_cc`` (neural-tangents and others average: divide
+            by d_out to compare); ``"diagonal"`` -> ``[n1, d_out]``, ``Theta(x1_i, x2_i)_cc``.
+        strategy: ``"jacobian"`` (per-example Jacobians, ``vmap`` over examples of
+            ``jacrev``, contracted over parameters) or ``"jvp_vjp"`` (for each example i of x1
+            and output c, one vjp ``v = J(x1_i)^T e_c`` then one jvp ``J(x2) v`` over all of
+            x2; no Jacobian of x2 is formed, at the price of n1 * d_out forward passes over
+            x2). The model must treat examples independently (no batch statistics).
+        chunk_size: ``None``: everything at once. An int bounds memory: examples are handled in
+            blocks of ``chunk_size``; ``jacobian`` also takes one parameter tensor at a time
+            (peak ``chunk_size * d_out * max_tensor_size``), ``jvp_vjp`` vmaps at most
+            ``chunk_size`` basis vectors at once (peak ``chunk_size * P``).
+    Returns:
+        The kernel in ``params``' dtype, in squared output units per unit parameter squared.
+    Raises:
+        ValueError: unknown ``mode`` or ``strategy``; ``chunk_size < 1``; empty ``params``;
+            ``x1``/``x2`` with different trailing shapes, or ``n1 != n2`` in ``diagonal``
+            mode; ``model_fn`` returning neither ``[n]`` nor ``[n, d_out]``.
+    References:
+        Jacot et al. (2018), arXiv 1806.07572, eq. (6); Novak et al. (2022), arXiv 2206.08720,
+        sections 3.1-3.2 (Jacobian contraction; NTK-vector products).
+    """
+    if mode not in ("full", "trace", "diagonal"):
+        raise ValueError(f"mode must be one of full, trace, diagonal (got {mode!r})")
+    if strategy not in ("jacobian", "jvp_vjp"):
+        raise ValueError(f"strategy must be one of jacobian, jvp_vjp (got {strategy!r})")
+    if chunk_size is not None and (
+        isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1
+    ):
+        raise ValueError(f"chunk_size must be None or an integer >= 1 (got {chunk_size!r})")
+    if not params:
+        raise ValueError("params must hold at least one tensor (got an empty dict)")
+    if x2 is None:
+        x2 = x1
+    if x1.shape[1:] != x2.shape[1:]:
+        raise ValueError(
+            f"x1 and x2 must share the per-example shape (got {tuple(x1.shape)} and "
+            f"{tuple(x2.shape)})"
+        )
+    if mode == "diagonal" and x1.shape[0] != x2.shape[0]:
+        raise ValueError(
+            f"diagonal mode pairs examples: n1 must equal n2 (got {x1.shape[0]}, {x2.shape[0]})"
+        )
+    compute = entk_jacobian if strategy == "jacobian" else entk_jvp_vjp
+    with quiet_functorch():
+        return compute(model_fn, params, x1, x2, mode, chunk_size)
+
+
+def ntk_relative_change(K_t: Tensor, K_0: Tensor) -> Tensor:
+    """Relative kernel change ``||K_t - K_0||_F / ||K_0||_F`` over all entries (S17).
+
+    Args:
+        K_t: the kernel now, any shape (e.g. ``[n, n]`` or ``[n, n, d_out, d_out]``).
+        K_0: the reference kernel, same shape.
+    Returns:
+        Scalar tensor, dimensionless; NaN if either kernel has a NaN.
+    Raises:
+        ValueError: if the shapes differ or ``K_0`` is all zero.
+    """
+    if K_t.shape != K_0.shape:
+        raise ValueError(
+            f"K_t and K_0 must have the same shape (got {tuple(K_t.shape)}, {tuple(K_0.shape)})"
+        )
+    ref = torch.linalg.vector_norm(K_0)
+    if ref == 0:
+        raise ValueError("K_0 must not be all zero (its Frobenius norm is the denominator)")
+    return torch.linalg.vector_norm(K_t - K_0) / ref
+
+
+def _gram(K: Tensor, name: str) -> Tensor:
+    """A kernel as an ``[n d_out, n d_out]`` matrix (full mode) or as is (``[n, n]``)."""
+    if K.ndim == 4 and K.shape[0] == K.shape[1] and K.shape[2] == K.shape[3]:
+        n, _, d, _ = K.shape
+        return K.permute(0, 2, 1, 3).reshape(n * d, n * d)
+    if K.ndim == 2 and K.shape[0] == K.shape[1]:
+        return K
+    raise ValueError(f"{name} must be [n, n] or [n, n, d_out, d_out] (got {tuple(K.shape)})")
+
+
+def kernel_alignment(K: Tensor, y: Tensor) -> Tensor:
+    """Kernel-target alignment ``<K, y y^T>_F / (||K||_F ||y y^T||_F)`` (uncentred cosine).
+
+    Args:
+        K: ``[n, n]`` Gram (e.g. trace mode) or ``[n, n, d_out, d_out]`` (full mode).
+        y: targets ``[n]`` or ``[n, d_out]``; with an ``[n, n]`` kernel and ``[n, k]``
+            targets the target Gram is ``Y Y^T``; with a full kernel, ``vec(y) vec(y)^T``.
+    Returns:
+        Scalar in [-1, 1] (in [0, 1] for PSD K), dimensionless.
+    Raises:
+        ValueError: if the shapes do not match, or K or y is all zero.
+    References:
+        Cristianini, Shawe-Taylor, Elisseeff & Kandola (2001), "On kernel-target alignment",
+        NeurIPS, Definition 1.
+    """
+    G = _gram(K, "K")
+    y = y.reshape(y.shape[0], -1)
+    if K.ndim == 4:
+        y = y.reshape(-1, 1)
+    if y.shape[0] != G.shape[0]:
+        raise ValueError(f"y must have {G.shape[0]} rows to match K (got {y.shape[0]})")
+    T = y @ y.mT
+    return _cosine(G, T)
+
+
+def _cosine(A: Tensor, B: Tensor) -> Tensor:
+    na, nb = torch.linalg.vector_norm(A), torch.linalg.vector_norm(B)
+    if na == 0 or nb == 0:
+        raise ValueError("kernels must not be all zero (alignment is a cosine)")
+    return (A * B).sum() / (na * nb)
+
+
+def centered_kernel_alignment(K1: Tensor, K2: Tensor) -> Tensor:
+    """Centred kernel alignment ``<H K1 H, H K2 H>_F / (||H K1 H||_F ||H K2 H||_F)``.
+
+    ``H = I - 11^T / n`` centres the features; pass ``K2 = y y^T`` for target alignment.
+
+    Args:
+        K1, K2: ``[n, n]`` or ``[n, n, d_out, d_out]`` Grams of the same shape.
+    Returns:
+        Scalar in [-1, 1] (in [0, 1] for PSD kernels), dimensionless.
+    Raises:
+        ValueError: if the shapes differ, or a centred kernel is zero (e.g. a constant kernel).
+    References:
+        Cortes, Mohri & Rostamizadeh (2012), "Algorithms for Learning Kernels Based on
+        Centered Alignment", JMLR 13, Definition 1 and Lemma 1.
+    """
+    if K1.shape != K2.shape:
+        raise ValueError(
+            f"K1 and K2 must have the same shape (got {tuple(K1.shape)}, {tuple(K2.shape)})"
+        )
+    G1, G2 = _gram(K1, "K1"), _gram(K2, "K2")
+    n = G1.shape[0]
+    H = torch.eye(n, dtype=G1.dtype, device=G1.device) - 1.0 / n
+    C1, C2 = H @ G1 @ H, H @ G2 @ H
+    eps = n * torch.finfo(G1.dtype).eps  # centring a constant kernel leaves only round-off
+    for name, C, G in (("K1", C1, G1), ("K2", C2, G2)):
+        if torch.linalg.vector_norm(C) <= eps * torch.linalg.vector_norm(G):
+            raise ValueError(f"{name} centred must not be all zero (a constant kernel has no CKA)")
+    return _cosine(C1, C2)
+
+
+def nngp_relu(
+    x1: Tensor, x2: Tensor | None = None, depth: int = 1, W_std: float = 1.0, b_std: float = 0.0
+) -> Tensor:
+    """Infinite-width NNGP kernel of the NTK-parametrized ReLU MLP's output (arc-cosine).
+
+    ``Sigma^1 = sigma_w^2 x x'^T / d_in + sigma_b^2``; per hidden layer
+    ``Sigma^{l+1} = sigma_w^2 V_ReLU(Sigma^l) + sigma_b^2`` with, for ``c = Sigma_12 /
+    sqrt(Sigma_11 Sigma_22)`` clamped to ``[-1, 1]`` (NTK4A clamps to ``1 - 1e-10``, which
+    shifts the diagonal by ~2e-6 relative; no gradient is taken here) and ``theta = arccos c``,
+    ``V_ReLU(Sigma)_12 = sqrt(Sigma_11 Sigma_22) / (2 pi) (sin theta + (pi - theta) c)``.
+
+    Args:
+        x1: ``[n1, d_in]``. x2: ``[n2, d_in]`` or ``None`` (= x1).
+        depth: L >= 1 hidden ReLU layers (``d_in -> n (x L) -> 1``).
+        W_std, b_std: sigma_w > 0, sigma_b >= 0 of :class:`dynascope.nn.mlp.MLP`.
+    Returns:
+        ``Sigma^{L+1}`` ``[n1, n2]``, the covariance of the scalar output (output units^2).
+        A zero input has zero variance; its correlation is taken as 0.
+    Raises:
+        ValueError: bad shapes, ``depth < 1``, ``W_std <= 0`` or ``b_std < 0``.
+    References:
+        Cho & Saul (2009), "Kernel Methods for Deep Learning", NeurIPS (arc-cosine kernel, n=1);
+        Lee et al. (2018), "Deep Neural Networks as Gaussian Processes", ICLR, arXiv 1711.00165,
+        eq. (11); thegregyang/NTK4A ``utils.py`` (``VReLU``).
+    """
+    return relu_kernels(x1, x2, depth, W_std, b_std)[0]
+
+
+def analytic_ntk_relu(
+    x1: Tensor, x2: Tensor | None = None, depth: int = 1, W_std: float = 1.0, b_std: float = 0.0
+) -> Tensor:
+    """Infinite-width NTK of the NTK-parametrized ReLU MLP (arc-cosine recursion, S17).
+
+    ``Theta^1 = Sigma^1``; per hidden layer ``Theta^{l+1} = Sigma^{l+1} + sigma_w^2
+    V_Step(Sigma^l) * Theta^l`` with ``V_Step(Sigma)_12 = (pi - theta) / (2 pi)`` (see
+    :func:`nngp_relu`). Depth 1, sigma_b = 0: ``Theta(x, x') = |x||x'| / (2 pi d_in) (sin theta
+    + (pi - theta) cos theta) + (pi - theta) / (2 pi) x.x' / d_in``.
+
+    Args:
+        x1: ``[n1, d_in]``. x2: ``[n2, d_in]`` or ``None`` (= x1).
+        depth: L >= 1 hidden ReLU layers.
+        W_std, b_std: sigma_w > 0, sigma_b >= 0 (NTK-parametrized biases ``sigma_b * beta``).
+    Returns:
+        ``Theta`` ``[n1, n2]``, the limit of :func:`empirical_ntk` (``trace`` mode, scalar output)
+        of :class:`dynascope.nn.mlp.MLP` with ``parametrization="ntk"`` as width -> infinity.
+    Raises:
+        ValueError: bad shapes, ``depth < 1``, ``W_std <= 0`` or ``b_std < 0``.
+    References:
+        Jacot et al. (2018), arXiv 1806.07572, Theorem 1; Arora et al. (2019), "On Exact
+        Computation with an Infinitely Wide Neural Net", arXiv 1904.11955, eq. (5)-(6).
+    """
+    return relu_kernels(x1, x2, depth, W_std, b_std)[1]
+
+
+def linearize(model_fn: ModelFn, params0: dict[str, Tensor]) -> ModelFn:
+    """The linearized model ``f_lin(theta, x) = f(theta0, x) + J(theta0, x) (theta - theta0)``.
+
+    Evaluated by one ``torch.func.jvp`` per call (primal and tangent together), never by an
+    explicit Jacobian. Differentiable in ``theta`` (reverse mode through the jvp), so it trains
+    like the model: gradient descent on it is gradient descent on the linearized twin.
+
+    Args:
+        model_fn: ``model_fn(params, x) -> [n, d_out]``.
+        params0: theta0, parameter tensors by name (detached copies are kept).
+    Returns:
+        ``f_lin(params, x)`` with ``params`` holding the same names and shapes as ``params0``.
+    Raises:
+        ValueError: (call) if ``params`` does not have ``params0``'s names.
+    References:
+        Lee et al. (2019), arXiv 1902.06720, eq. (6); Chizat, Oyallon & Bach (2019), "On Lazy
+        Training in Differentiable Programming", NeurIPS, arXiv 1812.07956.
+    """
+    theta0 = {k: v.detach().clone() for k, v in params0.items()}
+
+    def f_lin(params: dict[str, Tensor], x: Tensor) -> Tensor:
+        if set(params) != set(theta0):
+            raise ValueError(
+                f"params must have the names of params0 {sorted(theta0)} (got {sorted(params)})"
+            )
+        delta = {k: params[k] - theta0[k] for k in theta0}
+        with quiet_functorch():
+            out0, tangent = jvp(lambda p: model_fn(p, x), (theta0,), (delta,))
+        return out0 + tangent
+
+    return f_lin
+
+
+def kernel_gd_predictions(
+    K_test_train: Tensor | None,
+    K_train: Tensor,
+    y: Tensor,
+    lr: float,
+    steps: int,
+    *,
+    f0_train: Tensor | None = None,
+    f0_test: Tensor | None = None,
+    loss: Literal["mean", "sum"] = "mean",
+) -> tuple[Tensor, Tensor | None]:
+    """Kernel gradient descent with a fixed kernel: the function-space twin of a network's GD.
+
+    With the mean square loss ``(1/2N) sum_i |f(x_i) - y_i|^2`` (``loss="mean"``):
+    ``f_{t+1}(X) = f_t(X) - (lr/N) Theta(X, X) (f_t(X) - y)`` and at test inputs
+    ``f_{t+1}(X') = f_t(X') - (lr/N) Theta(X', X) (f_t(X) - y)``; ``loss="sum"`` drops the 1/N.
+
+    Args:
+        K_test_train: ``[M, N]`` or ``[M, N, d_out, d_out]``, or ``None`` (train only).
+        K_train: ``[N, N]`` (applied to every output, ``Theta (x) I``) or ``[N, N, d_out, d_out]``.
+        y: targets ``[N]`` or ``[N, d_out]``.
+        lr: step size > 0. steps: number of steps >= 0.
+        f0_train: ``f_0(X)`` (default zeros), shaped like ``y``. f0_test: ``f_0(X')``
+            ``[M, d_out]`` (default zeros).
+        loss: ``"mean"`` or ``"sum"``.
+    Returns:
+        ``(f_train [steps + 1, N, d_out], f_test [steps + 1, M, d_out] or None)``, step 0 first.
+    Raises:
+        ValueError: bad shapes, ``lr <= 0``, ``steps < 0`` or an unknown ``loss``.
+    References:
+        Jacot et al. (2018), arXiv 1806.07572, section 4 (kernel gradient); Yang & Littwin
+        (2021), arXiv 2105.03703, eq. (1).
+    """
+    return kernel_gd(K_test_train, K_train, y, lr, steps, f0_train, f0_test, loss)
+
+
+@register_probe("ntk_drift")
+class NTKDrift(Probe):
+    """Relative change of the empirical NTK on a fixed probe batch, ``||Theta_t - Theta_0||_F /
+    ||Theta_0||_F`` (S17), at the steps the monitor schedules.
+
+    The probe batch is the first ``n_examples`` rows of ``ctx.batch[input_key]`` at the first
+    call (or ``x`` if given); ``Theta_0`` is the kernel at that call. Both are kept in
+    :meth:`state_dict`, so a resumed run compares with the same reference. Outputs are flattened
+    per example (``d_out`` = everything after the batch axis; cost grows with d_out and P).
+
+    Keys: ``ntk.relative_change`` (0 at the first call), ``ntk.trace`` (trace of the
+    ``[n, n]`` trace-mode Gram, output units^2), ``ntk.alignment_0`` (cosine of the Gram with
+    ``Theta_0``'s).
+
+    Args:
+        n_examples: probe-batch size (>= 1).
+        include: parameter-name prefixes for a parameter subset (see :func:`model_function`).
+        x: a fixed probe batch ``[n, ...]`` instead of the first ``ctx.batch``.
+        input_key: the batch entry holding the inputs.
+        chunk_size: passed to :func:`empirical_ntk`.
+    Raises:
+        ValueError: ``n_examples < 1``; (call) a first call with neither ``x`` nor
+            ``ctx.batch[input_key]`` returns ``{}`` rather than raising.
+    """
+
+    def __init__(
+        self,
+        *,
+        n_examples: int = 8,
+        include: Sequence[str] | None = None,
+        x: Tensor | None = None,
+        input_key: str = "x",
+        chunk_size: int | None = None,
+    ) -> None:
+        if isinstance(n_examples, bool) or not isinstance(n_examples, int) or n_examples < 1:
+            raise ValueError(f"n_examples must be an integer >= 1 (got {n_examples!r})")
+        self.n_examples = n_examples
+        self.include = None if include is None else list(include)
+        self.input_key = input_key
+        self.chunk_size = chunk_size
+        self.x = None if x is None else x[:n_examples].detach().clone()
+        self.K0: Tensor | None = None
+
+    def state_dict(self) -> dict:
+        """The probe batch and ``Theta_0`` (empty before the first reading)."""
+        if self.K0 is None or self.x is None:
+            return {}
+        return {"x": self.x, "K0": self.K0}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore the probe batch and ``Theta_0``."""
+        self.x, self.K0 = (state.get("x"), state.get("K0")) if state else (self.x, None)
+
+    def _kernel(self, model: nn.Module, x: Tensor) -> Tensor:
+        model_fn, params = model_function(model, self.include)
+        return empirical_ntk(model_fn, params, x, mode="trace", chunk_size=self.chunk_size)
+
+    def measure(self, model: nn.Module, ctx: ProbeContext) -> dict[str, Tensor | float]:
+        if self.x is None:
+            if ctx.batch is None or self.input_key not in ctx.batch:
+                return {}
+            self.x = ctx.batch[self.input_key][: self.n_examples].detach().clone()
+        device = next(model.parameters()).device
+        K = self._kernel(model, self.x.to(device)).detach().cpu()
+        if self.K0 is None:
+            self.K0 = K
+        return {
+            "ntk.relative_change": float(ntk_relative_change(K, self.K0)),
+            "ntk.trace": float(torch.diagonal(K).sum()),
+            "ntk.alignment_0": float(_cosine(K, self.K0)),
+        }

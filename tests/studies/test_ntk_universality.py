@@ -1,0 +1,85 @@
+"""Study ntk-universality: data, the runner's twin against a recomputation, the slope fit,
+presets, and the smoke preset end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from dynascope import studies
+from dynascope.probes.kernels import empirical_ntk, kernel_gd_predictions, model_function
+from dynascope.store import load_run
+from dynascope.studies._ntk_universality_runner import build_model, make_data
+from dynascope.studies.ntk_universality import (
+    STUDY,
+    UniversalityRunConfig,
+    _slope,
+    build_runs,
+    run_universality,
+)
+
+
+@pytest.mark.parametrize("arch", ["mlp", "rnn", "attention"])
+def test_inputs_lie_on_the_sphere_and_data_depends_only_on_data_seed(arch):
+    cfg = UniversalityRunConfig(arch=arch, width=8, n_train=3, pos=4, data_seed=5)
+    x, y = make_data(cfg, torch.float64)
+    assert x.shape == ((3, 8) if arch == "mlp" else (3, 4, 8)) and y.shape == (3,)
+    torch.testing.assert_close(
+        torch.linalg.vector_norm(x, dim=-1),
+        torch.full(x.shape[:-1], math.sqrt(8.0), dtype=torch.float64),
+    )
+    x2, y2 = make_data(cfg.model_copy(update={"width": 32, "seed": 9}), torch.float64)
+    assert torch.equal(x, x2) and torch.equal(y, y2)
+
+
+def test_runner_logs_the_kgd_deviation_of_its_own_trajectory(tmp_path):
+    cfg = UniversalityRunConfig(arch="rnn", width=10, n_train=4, steps=6, kernel_steps=[0, 6],
+                                dtype="float64")  # fmt: skip
+    run_universality(cfg, tmp_path / "r")
+    run = load_run(tmp_path / "r")
+    assert run.status == "finished"
+    steps, f = run.tensors("f")  # [7, 4]
+    assert f.shape == (7, 4)
+    assert run.scalar("ntk.relative_change").loc[0] == 0.0
+    # recompute: the same init (seed), Theta_0, and kernel GD from the stored f_0
+    x, y = make_data(cfg, torch.float64)
+    fn, params = model_function(build_model(cfg, torch.float64))
+    K0 = empirical_ntk(fn, params, x, mode="trace")
+    torch.testing.assert_close(torch.as_tensor(f[0]), fn(params, x)[:, 0], rtol=0, atol=1e-12)
+    f_kgd, _ = kernel_gd_predictions(None, K0, y, cfg.lr, cfg.steps, f0_train=torch.as_tensor(f[0]))
+    gap = np.linalg.norm(f - f_kgd[..., 0].numpy(), axis=-1)
+    assert run.last("kgd.deviation") == pytest.approx(gap.max(), rel=1e-9)
+    assert run.scalar("lr_lambda_max_over_N").iloc[0] < 2
+
+
+def test_slope_is_the_power_law_exponent():
+    w = np.array([64.0, 128.0, 256.0, 512.0])
+    assert _slope(w, 2.0 * w**-0.5) == pytest.approx(-0.5, abs=1e-12)
+    assert math.isnan(_slope(w, np.array([1.0, np.nan, np.nan, 0.0])))
+
+
+def test_presets_validate_and_match_the_registry():
+    assert studies.get("ntk-universality") is STUDY
+    fast = build_runs(STUDY.preset("fast"))
+    assert len(fast) == 3 * 4 * 3
+    assert {s.config.arch for s in fast} == {"mlp", "rnn", "attention"}
+    assert {s.config.width for s in fast} == {64, 128, 256, 512}
+    assert all(s.config.seed == s.config.data_seed for s in fast)
+    assert len(build_runs(STUDY.preset("paper"))) == 3 * 8 * 10
+
+
+def test_smoke_preset_end_to_end(tmp_path):
+    outcome = STUDY.run(preset="smoke", out=tmp_path)
+    data = json.loads((tmp_path / "verdict.json").read_text(), parse_constant=pytest.fail)
+    assert [c["claim"].split(":")[0] for c in data["claims"]] == [
+        "u1-mlp", "u1-rnn", "u1-attention", "u2-mlp", "u2-rnn", "u2-attention"
+    ]  # fmt: skip
+    assert all(r["status"] == "finished" for r in data["runs"]) and len(data["runs"]) == 6
+    for claim in data["claims"]:
+        assert isinstance(claim["measured"], float) and isinstance(claim["passed"], bool)
+    assert len(list((tmp_path / "figures").glob("*.png"))) == 1
+    assert outcome.passed == all(c["passed"] for c in data["claims"])
