@@ -8,8 +8,10 @@ run stopped by SIGINT / SIGTERM after checkpointing (continue it with ``dynascop
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import sqlite3
 import sys
 import warnings
@@ -116,27 +118,43 @@ def run(
         ),
     ] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="override: a.b=value")] = None,
+    device: Annotated[
+        str | None, typer.Option(help="auto | cpu | cuda [default: the config's device]")
+    ] = None,
+    bf16: Annotated[bool, typer.Option(help="bf16 autocast for the forward pass (CUDA)")] = False,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ) -> None:
-    """Train one run from a YAML config into a new run directory."""
+    """Train one run from a YAML config into a new run directory.
+
+    Under `torchrun --nproc_per_node N` the run trains data-parallel (only rank 0 writes).
+    """
     from dynascope.config import ConfigError, load_config
     from dynascope.store import RunLockedError, create_run_dir
+    from dynascope.studies.base import resolve_device
     from dynascope.train import Trainer
 
     created = None
     try:
-        cfg = load_config(config, set_ or [])
-        if out is not None:
+        overrides = list(set_ or [])
+        if device is not None:
+            overrides.append(f"device={resolve_device(device)}")
+        cfg = load_config(config, overrides)
+        if out is not None and os.environ.get("RANK", "0") == "0":  # torchrun: rank 0 creates
             _refuse_existing_run(out)
         else:
             _refuse_unusable_dir(Path("runs") / cfg.name)
         trainer = Trainer(
-            cfg, out or Path("runs") / cfg.name, progress=progress and sys.stderr.isatty()
+            cfg,
+            out or Path("runs") / cfg.name,
+            progress=progress and sys.stderr.isatty(),
+            bf16=bf16,
         )
+        if out is None and trainer.dist.enabled:
+            _fail("--out: give the run directory when training data-parallel (torchrun)")
         if out is None:  # only now, with every input valid: a fresh directory, atomically
             created = trainer.run_dir = create_run_dir("runs", cfg.name)
         result = trainer.run()
-    except (ConfigError, RunLockedError, sqlite3.DatabaseError) as err:
+    except (ConfigError, RunLockedError, sqlite3.DatabaseError, ValueError) as err:
         if created is not None and not any(created.iterdir()):
             created.rmdir()
         _fail(str(err))
@@ -237,7 +255,7 @@ def _report_study(directory: Path) -> None:
         study = studies.get(info["study"])
     except ValueError as err:
         _fail(f"DIR: {err}")
-    _print_verdicts(study.reanalyze(directory))
+    _print_verdicts(study.reanalyze(directory, run_reports=True))
 
 
 @study_app.command("list")
@@ -257,39 +275,96 @@ def study_list() -> None:
 
 @study_app.command("run")
 def study_run(
-    name: Annotated[str, typer.Argument(help="study name (see `dynascope study list`)")],
+    name: Annotated[
+        str | None, typer.Argument(help="study name (see `dynascope study list`); or --all")
+    ] = None,
+    all_: Annotated[
+        bool, typer.Option("--all", help="run every registered study, then print the table")
+    ] = False,
     preset: Annotated[str, typer.Option(help="smoke | fast | paper")] = "fast",
     out: Annotated[
-        Path | None, typer.Option(help="study directory [default: runs/NAME-PRESET]")
+        Path | None,
+        typer.Option(help="study directory [default: runs/NAME-PRESET; with --all: runs/]"),
     ] = None,
     seed: Annotated[int, typer.Option(help="added to every run's seed (>= 0)")] = 0,
+    executor: Annotated[str, typer.Option(help="local | process | ray")] = "local",
+    workers: Annotated[int, typer.Option(help="runs at once, for --executor process")] = 1,
+    address: Annotated[
+        str | None,
+        typer.Option(help="Ray cluster address, for --executor ray [default: start Ray here]"),
+    ] = None,
+    device: Annotated[
+        str | None, typer.Option(help="auto | cpu | cuda [default: each run's own]")
+    ] = None,
+    fresh: Annotated[bool, typer.Option(help="delete the directory's runs, start over")] = False,
     progress: Annotated[bool, typer.Option(help="show progress bars")] = True,
 ) -> None:
     """Run a study: its runs, the analysis, verdict.json, figures and report.html.
 
-    Re-running into the same directory replaces its runs.
+    Rerunning into the same directory resumes it: finished runs are kept, interrupted ones
+    continue from their checkpoints, missing ones start (--fresh starts over).
     """
     from dynascope import studies
+    from dynascope.executors import make_executor
+    from dynascope.studies.base import resolve_device
 
+    if all_ == (name is not None):
+        _fail("NAME: give a study name or --all (not both)")
     try:
-        study = studies.get(name)
-        study.preset(preset)
+        selected = studies.names() if all_ else [name]
+        for study_name in selected:
+            studies.get(study_name).preset(preset)
+        resolve_device(device)
+        runner = make_executor(executor, workers=workers, address=address)
     except ValueError as err:
         _fail(str(err))
     if seed < 0:
         _fail(f"--seed: must be >= 0 (got {seed})")
-    out = out or Path("runs") / f"{name}-{preset}"
+    if not all_:
+        target = out or Path("runs") / f"{name}-{preset}"
+        _run_one_study(name, preset, target, seed, runner, device, fresh, progress)
+        return
+    suite_dir = out or Path("runs")
+    _refuse_unusable_dir(suite_dir)
+    failed = []
+    session = runner if hasattr(runner, "__enter__") else contextlib.nullcontext()
+    with session:  # one Ray session for the whole suite
+        for study_name in selected:
+            target = suite_dir / f"{study_name}-{preset}"
+            try:
+                _run_one_study(study_name, preset, target, seed, runner, device, fresh, progress)
+            except typer.Exit as stop:
+                if stop.exit_code in EXIT_SIGNAL.values():
+                    raise
+                failed.append(study_name)  # its error line is printed; the suite goes on
+            except Exception as err:  # a broken study must not cost the others their runs
+                err_console.print(
+                    f"error: study {study_name} failed: {type(err).__name__}: {err}",
+                    markup=False,
+                    highlight=False,
+                    soft_wrap=True,
+                )
+                failed.append(study_name)
+    _print_suite(suite_dir, selected, preset)
+    if failed:
+        _fail(f"studies that could not run: {', '.join(failed)}", code=1)
+
+
+def _run_one_study(name, preset, out, seed, executor, device, fresh, progress) -> None:
+    from dynascope import studies
+    from dynascope.store import RunLockedError
+    from dynascope.studies.base import StudyInterrupted
+
+    study = studies.get(name)
     _refuse_unusable_dir(out)
     if (out / "metrics.sqlite").exists():
         _fail(f"--out: {str(out)!r} is a run directory; choose a study directory")
-    console.print(f"[bold]{name}[/] ({preset}) -> {out}")
+    console.print(f"[bold]{name}[/] ({preset}, {executor.name}) -> {out}")
 
     def on_run(run_name: str, status: str, seconds: float) -> None:
         console.print(
             f"  run {run_name}: {status} in {seconds:.1f} s", markup=False, highlight=False
         )
-
-    from dynascope.studies.base import StudyInterrupted
 
     try:
         outcome = study.run(
@@ -298,10 +373,16 @@ def study_run(
             seed=seed,
             progress=progress and sys.stderr.isatty(),
             on_run=on_run,
+            executor=executor,
+            device=device,
+            fresh=fresh,
+            run_reports=True,
         )
+    except (ValueError, RunLockedError) as err:
+        _fail(str(err))
     except StudyInterrupted as err:
         err_console.print(
-            f"study stopped: {err}; run the study again to start its runs over",
+            f"study stopped: {err}; run the same command again to resume it",
             markup=False,
             highlight=False,
         )
@@ -312,6 +393,90 @@ def study_run(
         markup=False,
         highlight=False,
     )
+
+
+def _print_suite(suite_dir: Path, names: list[str], preset: str) -> None:
+    from dynascope.report.suite import suite_rows
+
+    rows = suite_rows(suite_dir, names, preset)
+    table = Table(title=f"suite ({preset}): {suite_dir}")
+    for column in ("study", "claim", "measured", "threshold", "passed", "seconds"):
+        table.add_column(column)
+    for r in rows:
+        passed = {True: "[green]yes[/]", False: "[red]no[/]", None: "-"}[r["passed"]]
+        cells = [r["measured"], r["threshold"], r["seconds"]]
+        measured, threshold, seconds = ("" if math.isnan(c) else f"{c:.4g}" for c in cells)
+        table.add_row(r["study"], r["claim"], measured, threshold, passed, seconds)
+    console.print(table)
+
+
+@study_app.command("table")
+def study_table(
+    suite_dir: Annotated[
+        Path, typer.Option("--dir", help="where `study run --all` wrote the studies")
+    ] = Path("runs"),
+    preset: Annotated[str, typer.Option(help="smoke | fast | paper")] = "fast",
+    output: Annotated[
+        Path | None, typer.Option(help="Markdown file to write [default: docs/studies.md]")
+    ] = None,
+) -> None:
+    """Print the suite table from stored verdicts and write it as Markdown (docs/studies.md)."""
+    import datetime
+
+    from dynascope import studies
+    from dynascope.report.suite import markdown_table, suite_rows
+
+    if preset not in ("smoke", "fast", "paper"):
+        _fail(f"--preset: must be one of smoke, fast, paper (got {preset!r})")
+    if not suite_dir.is_dir():
+        _fail(f"--dir: {str(suite_dir)!r} is not a directory")
+    names = studies.names()
+    rows = suite_rows(suite_dir, names, preset)
+    stamps = [
+        (suite_dir / f"{n}-{preset}" / "verdict.json").stat().st_mtime
+        for n in names
+        if (suite_dir / f"{n}-{preset}" / "verdict.json").is_file()
+    ]
+    when = "no study run yet"
+    if stamps:
+        when = datetime.datetime.fromtimestamp(max(stamps), datetime.timezone.utc).strftime(
+            "%Y-%m-%d"
+        )
+    output = output or Path("docs") / "studies.md"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(markdown_table(rows, preset=preset, when=when))
+    _print_suite(suite_dir, names, preset)
+    console.print(f"wrote {output}", markup=False, highlight=False)
+
+
+@app.command()
+def compare(
+    dir_a: Annotated[Path, typer.Argument(help="run or study directory")],
+    dir_b: Annotated[Path, typer.Argument(help="run or study directory of the same kind")],
+) -> None:
+    """Print two runs' (or two studies') metrics side by side, with B - A."""
+    from dynascope.report.compare import compare_dirs
+
+    try:
+        kind, rows = compare_dirs(dir_a, dir_b)
+    except ValueError as err:
+        _fail(str(err))
+    except _db_errors() as err:
+        _fail(f"DIR: metrics.sqlite is not readable ({err})")
+    table = Table(title=f"{kind} directories: A = {dir_a}, B = {dir_b}")
+    for column in ("key", "A", "B", "B - A"):
+        table.add_column(column, justify="left" if column == "key" else "right")
+
+    def cell(value) -> str:
+        if value is None:
+            return "-"
+        if isinstance(value, float):
+            return "" if math.isnan(value) else f"{value:.6g}"
+        return str(value)
+
+    for r in rows:
+        table.add_row(r["key"], cell(r["a"]), cell(r["b"]), cell(r["delta"]))
+    console.print(table)
 
 
 def _print_verdicts(outcome) -> None:

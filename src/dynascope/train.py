@@ -26,6 +26,20 @@ returns with ``signal`` set (the CLI exits 130 or 143). A second signal interrup
 (``KeyboardInterrupt``); committed rows and the last checkpoint survive either way, and a
 SIGKILL as well.
 
+Devices: ``device`` in the config (``cpu`` or ``cuda``; the CLI's ``--device auto`` picks CUDA
+when present). ``bf16=True`` runs the forward pass and loss under bf16 autocast on CUDA; the
+weights, optimizer state, probes and evaluation stay in the config's ``dtype`` (float32 or
+float64), so instruments never read bf16 values.
+
+Data parallel: launched by ``torchrun --nproc_per_node N``, the Trainer joins the process group
+(gloo on CPU, nccl on CUDA; ``dynascope/_ddp.py``), trains through ``DistributedDataParallel``
+and gives probes and evaluation the unwrapped model. Rank r draws its batches from its own
+generator (seed + r * 1_000_033), so the effective batch is N x ``train.batch_size``; the
+logged ``train.loss`` is the mean over all ranks' batches. Only rank 0 writes the store (one
+copy of each row) and the checkpoints; every rank loads rank 0's checkpoint on resume, each
+taking back its own generator and RNG state. A signal seen by any rank stops all ranks at the
+same step.
+
 Divergence: a non-finite training loss (checked at logging steps), parameter (checked before
 probes read them and before every checkpoint) or evaluation loss stops the run: an ``events``
 row ``diverged`` names the tensor, the status becomes ``diverged``, the store is kept.
@@ -33,6 +47,7 @@ row ``diverged`` names the tensor, the status becomes ``diverged``, the store is
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import random
@@ -45,6 +60,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from dynascope._ddp import DistContext, ReadOnlyStore
 from dynascope.config import ConfigError, RunConfig, build_model, build_optimizer, build_task
 from dynascope.monitor import EveryN, LogSchedule, Monitor
 from dynascope.optim import l2_penalty
@@ -54,6 +70,7 @@ from dynascope.store import RunStore
 __all__ = ["TrainResult", "Trainer", "run_training"]
 
 _VAL_SEED_OFFSET = 1_000_003  # validation batches come from seed + this offset
+_RANK_SEED_OFFSET = 1_000_033  # data-parallel rank r draws training batches from seed + r * this
 
 
 @dataclass(frozen=True)
@@ -99,35 +116,56 @@ class Trainer:
         config: the validated run config.
         run_dir: the run directory (created if missing).
         progress: show a progress bar (rich) on the terminal.
+        bf16: forward pass and loss under bf16 autocast (CUDA only; module docstring).
     Raises:
-        dynascope.config.ConfigError: if the task rejects its arguments.
+        dynascope.config.ConfigError: if the task rejects its arguments, ``device`` is
+            ``cuda`` without CUDA, or ``bf16`` is asked for on the CPU.
     """
 
     def __init__(
-        self, config: RunConfig, run_dir: str | os.PathLike[str], *, progress: bool = False
+        self,
+        config: RunConfig,
+        run_dir: str | os.PathLike[str],
+        *,
+        progress: bool = False,
+        bf16: bool = False,
     ) -> None:
         self.config = config
         self.run_dir = Path(run_dir)
-        self.progress = progress
         if config.device == "cuda" and not torch.cuda.is_available():
             raise ConfigError(
                 "device: cuda is not available here (no CUDA build of torch or no GPU); "
                 "use device=cpu"
             )
-        self.device = torch.device(config.device)
+        if bf16 and config.device != "cuda":
+            raise ConfigError(f"bf16: autocast needs device=cuda (got device={config.device})")
+        self.bf16 = bf16
+        self.dist = DistContext.from_env(config.device)
+        self.progress = progress and self.dist.is_writer
+        cuda_index = self.dist.local_rank if self.dist.enabled else None
+        self.device = torch.device(config.device, cuda_index if config.device == "cuda" else None)
         self.dtype = getattr(torch, config.dtype)
 
-        _seed_everything(config.seed)
+        _seed_everything(config.seed)  # every rank: the same initial weights
         self.task = build_task(config.task)
         self.model = build_model(config.model, self.task).to(self.device, self.dtype)
+        self.train_model: torch.nn.Module = self.model  # what the loop calls (DDP wraps it)
+        if self.dist.enabled:
+            from torch.nn.parallel import DistributedDataParallel
+
+            ids = [self.device.index] if config.device == "cuda" else None
+            self.train_model = DistributedDataParallel(self.model, device_ids=ids)
         opt = config.optimizer
         self.optimizer, self.groups = build_optimizer(opt, self.model)
         self.uses_l2 = opt.mode == "l2"
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, _lr_lambda(opt.warmup_steps, config.train.steps, opt.lr_schedule)
         )
-        self.generator = torch.Generator().manual_seed(config.seed)
-        self.probes = [make_probe(name) for name in config.monitor.probes]
+        data_seed = (config.seed + self.dist.rank * _RANK_SEED_OFFSET) % 2**64
+        self.generator = torch.Generator().manual_seed(data_seed)
+        # probes run where the store is written (rank 0); their state travels from there
+        names = config.monitor.probes if self.dist.is_writer else []
+        self.probes = [make_probe(name) for name in names]
         mon = config.monitor
         self.schedule = (
             EveryN(mon.every)
@@ -172,6 +210,10 @@ class Trainer:
         return self._to_device(self.task.batch("val", self.config.train.batch_size, generator))
 
     def _state(self, step: int) -> dict:
+        """Everything a resume needs; in DDP a collective (each rank's data and RNG state)."""
+        ranks = self.dist.gather(
+            {"generator": self.generator.get_state(), "torch_rng": torch.get_rng_state()}
+        )
         return {
             "step": step,
             "model": self.model.state_dict(),
@@ -184,6 +226,7 @@ class Trainer:
             "probes": [probe.state_dict() for probe in self.probes],
             "loss_sum": self._loss_sum.detach().cpu().clone(),
             "loss_count": self._loss_count,
+            **({"ranks": ranks} if self.dist.enabled else {}),
         }
 
     def _load_state(self, state: dict) -> int:
@@ -199,8 +242,10 @@ class Trainer:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        self.generator.set_state(state["generator"])
-        torch.set_rng_state(state["torch_rng"])
+        ranks = state.get("ranks") or []
+        own = ranks[self.dist.rank] if len(ranks) == self.dist.world_size else state
+        self.generator.set_state(own["generator"])
+        torch.set_rng_state(own["torch_rng"])
         random.setstate(_as_tuples(state["python_rng"]))
         _set_numpy_rng_state(state["numpy_rng"])
         for probe, probe_state in zip(self.probes, state.get("probes", []), strict=False):
@@ -210,11 +255,13 @@ class Trainer:
         return int(state["step"])
 
     def _checkpoint(self, store: RunStore, step: int) -> None:
-        if store.checkpoints() and store.checkpoints()[-1][0] == step:
-            return  # already written at this step (an interrupt right after a checkpoint)
-        store.save_checkpoint(step, self._state(step))
-        for _, old in store.checkpoints()[: -self.config.train.keep_checkpoints]:
-            old.unlink(missing_ok=True)
+        state = self._state(step)  # every rank takes part (DDP gathers each rank's state)
+        written = store.checkpoints() and store.checkpoints()[-1][0] == step
+        if self.dist.is_writer and not written:  # not twice (an interrupt after a checkpoint)
+            store.save_checkpoint(step, state)
+            for _, old in store.checkpoints()[: -self.config.train.keep_checkpoints]:
+                old.unlink(missing_ok=True)
+        self.dist.barrier()  # no rank reads a checkpoint before rank 0 has written it
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self, *, resume: bool = False) -> TrainResult:
@@ -232,14 +279,19 @@ class Trainer:
         """
         if not resume:
             self._refuse_different_run()
-        with RunStore(self.run_dir, lock=True) as store, _StopSignals() as stop:
-            try:
-                return self._loop(store, stop, resume)
-            except KeyboardInterrupt:  # a second signal: stop now, but say so in the store
-                step = self._step
-                store.event(step, "interrupted", "SIGINT (at once, no checkpoint at this step)")
-                store.set_status(step, "interrupted")
-                raise
+        writer = self.dist.is_writer
+        store_cm = RunStore(self.run_dir, lock=True) if writer else ReadOnlyStore(self.run_dir)
+        try:
+            with store_cm as store, _StopSignals() as stop:
+                try:
+                    return self._loop(store, stop, resume)
+                except KeyboardInterrupt:  # a second signal: stop now, but say so in the store
+                    step = self._step
+                    store.event(step, "interrupted", "SIGINT (at once, no checkpoint at this step)")
+                    store.set_status(step, "interrupted")
+                    raise
+        finally:
+            self.dist.close()
 
     def _refuse_different_run(self) -> None:
         existing = self.run_dir / "config.yaml"
@@ -265,7 +317,7 @@ class Trainer:
             store.truncate_after(-1)
             store.write_config(self.config.model_dump(mode="json"))
         store.set_status(start, "running")
-        monitor = Monitor(self.model, self.probes, self.schedule, store)
+        monitor = Monitor(self.model, self.probes, self.schedule, store)  # the unwrapped model
         probe_batch = self._probe_batch()
         self.model.train()
         final: dict[str, float] = {}
@@ -280,8 +332,9 @@ class Trainer:
             for step in range(start + 1, cfg.steps + 1):
                 self._step = step
                 batch = self._to_device(self.task.batch("train", cfg.batch_size, self.generator))
-                output = self.model(batch["x"])
-                loss = self.task.loss(output, batch)
+                with self._autocast():
+                    output = self.train_model(batch["x"])
+                    loss = self.task.loss(output, batch)
                 total = loss + l2_penalty(self.groups).to(loss) if self.uses_l2 else loss
                 self.optimizer.zero_grad(set_to_none=True)
                 total.backward()
@@ -296,7 +349,8 @@ class Trainer:
                 self._loss_count += 1
 
                 if step % cfg.log_every == 0 or step == cfg.steps:
-                    mean_loss = float(self._loss_sum) / self._loss_count
+                    total, count = self.dist.all_sum([float(self._loss_sum), self._loss_count])
+                    mean_loss = total / count  # over every rank's batches
                     self._loss_sum.zero_()
                     self._loss_count = 0
                     if not math.isfinite(mean_loss):
@@ -317,20 +371,27 @@ class Trainer:
                     if not math.isfinite(final["val.loss"]):
                         return self._diverged(store, step, "val.loss")
                     store.log(step, final)
-                if step % cfg.checkpoint_every == 0 or step == cfg.steps or stop.signal:
+                stopped = self.dist.any(stop.signal is not None)  # all ranks stop together
+                signal_name = stop.signal or "SIGTERM"  # another rank's signal
+                if step % cfg.checkpoint_every == 0 or step == cfg.steps or stopped:
                     bad = self._non_finite(loss)  # never checkpoint non-finite weights
                     if bad is not None:
                         return self._diverged(store, step, bad)
                     self._checkpoint(store, step)
-                if stop.signal and step < cfg.steps:
-                    store.event(step, "interrupted", stop.signal)
+                if stopped and step < cfg.steps:
+                    store.event(step, "interrupted", signal_name)
                     store.set_status(step, "interrupted")
-                    return TrainResult(self.run_dir, "interrupted", step, final, stop.signal)
+                    return TrainResult(self.run_dir, "interrupted", step, final, signal_name)
         finally:
             if bar is not None:
                 bar[0].stop()
         store.set_status(cfg.steps, "finished")
         return TrainResult(self.run_dir, "finished", cfg.steps, final)
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if not self.bf16:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
 
     def _non_finite(self, loss: Tensor) -> str | None:
         """Name of the first non-finite tensor among the loss and the parameters, or None."""
@@ -421,6 +482,7 @@ def run_training(
     *,
     progress: bool = False,
     resume: bool = False,
+    bf16: bool = False,
 ) -> TrainResult:
     """Build a :class:`Trainer` for ``config`` and run it in ``run_dir``."""
-    return Trainer(config, run_dir, progress=progress).run(resume=resume)
+    return Trainer(config, run_dir, progress=progress, bf16=bf16).run(resume=resume)

@@ -19,8 +19,10 @@ h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em}
 table{border-collapse:collapse;margin:.5em 0;font-size:.9em}
 td,th{border:1px solid #ddd;padding:.3em .6em;text-align:left;vertical-align:top}
 th{background:#f5f5f5}.pass{color:#1a7f37;font-weight:600}.fail{color:#cf222e;font-weight:600}
-figure{display:inline-block;margin:.5em;text-align:center}figure img{max-width:520px}
+figure{display:inline-block;margin:.5em;text-align:center;max-width:100%}figure img{max-width:100%}
 figcaption{font-size:.8em;color:#555}.muted{color:#666;font-size:.9em}
+.warn{color:#9a6700;font-weight:600}pre{background:#f6f8fa;padding:.5em;font-size:.8em}
+summary{cursor:pointer}
 """
 
 
@@ -80,8 +82,60 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-def write_study_report(study: Any, outcome: Any, figures: list[Path], path: Path) -> Path:
-    """Write a study's ``report.html``: claim, source, verdicts, runs, tables, figures."""
+def _status_cell(status: Any) -> str:
+    cls = {"finished": "pass", "diverged": "fail", "failed": "fail"}.get(str(status), "warn")
+    return f"<td class={cls}>{html.escape(str(status))}</td>"
+
+
+def _runs_table(runs: list[dict[str, Any]], out: Path) -> str:
+    """Runs with their status; a run's name links to its own report when it has one."""
+    if not runs:
+        return "<p class=muted>(none)</p>"
+    columns = [c for c in runs[0] if c not in ("name", "status")]
+    head = "<th>run</th><th>status</th>" + "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = []
+    for row in runs:
+        name = html.escape(str(row["name"]))
+        if (out / "runs" / str(row["name"]) / "report.html").is_file():
+            name = f"<a href='runs/{name}/report.html'>{name}</a>"
+        cells = "".join(f"<td>{_fmt(row.get(c, ''))}</td>" for c in columns)
+        body.append(f"<tr><td>{name}</td>{_status_cell(row['status'])}{cells}</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def _configs(configs: dict[str, Any]) -> str:
+    """Each run's config as YAML, folded (``<details>``)."""
+    import yaml
+
+    parts = []
+    for name, config in configs.items():
+        text = yaml.safe_dump(config, sort_keys=False)
+        parts.append(
+            f"<details><summary>{html.escape(name)}</summary><pre>{html.escape(text)}</pre>"
+            "</details>"
+        )
+    return "".join(parts) or "<p class=muted>(none)</p>"
+
+
+def write_study_report(
+    study: Any,
+    outcome: Any,
+    figures: list[Path],
+    path: Path,
+    configs: dict[str, Any] | None = None,
+) -> Path:
+    """Write a study's ``report.html``: claims, verdicts, figures, tables, runs, configs.
+
+    Self-contained: figures are inlined as base64 PNG, the style is inline, nothing is fetched
+    from the network. Run names link (relative) to the runs' own ``report.html`` when present.
+
+    Args:
+        study: the :class:`~dynascope.studies.Study`.
+        outcome: its :class:`~dynascope.studies.StudyOutcome`.
+        figures: PNG files to inline.
+        path: where to write.
+        configs: run name -> config (JSON data) for the configs section.
+    """
     verdict = (
         "<span class=pass>held</span>" if outcome.passed else "<span class=fail>did not hold</span>"
     )
@@ -96,27 +150,39 @@ def write_study_report(study: Any, outcome: Any, figures: list[Path], path: Path
         }
         for v in outcome.claims
     ]
+    counts = {}
+    for row in outcome.runs:
+        counts[str(row["status"])] = counts.get(str(row["status"]), 0) + 1
+    summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     sections = [
         (
             "Claim",
             f"<p>{html.escape(study.claim)}</p><p class=muted>Source: {html.escape(study.source)}"
-            f"</p><p>Preset <b>{html.escape(outcome.preset)}</b>, {outcome.seconds:.1f} s. "
-            f"Overall: {verdict}.</p>",
+            f"</p><p>Preset <b>{html.escape(outcome.preset)}</b>, {outcome.seconds:.1f} s, "
+            f"{len(outcome.runs)} runs ({html.escape(summary)}). Overall: {verdict}.</p>",
         ),
         ("Verdicts", _table(claims)),
         ("Figures", _figures(figures)),
     ]
     for name, rows in outcome.tables.items():
         sections.append((name, _table(rows)))
-    sections.append(("Runs", _table(outcome.runs)))
+    sections.append(("Runs", _runs_table(outcome.runs, Path(path).parent)))
+    sections.append(("Configs", _configs(configs or {})))
     return _write(path, render_page(f"dynascope study: {study.name}", sections))
 
 
 def write_run_report(run: Any, figures: list[Path], path: Path, summary: list[dict]) -> Path:
-    """Write a run's ``report.html``: status, last values of every scalar, figures."""
+    """Write a run's ``report.html``: status, events, last values, figures, config."""
+    events = [
+        {"step": int(step), "kind": kind, "detail": detail}
+        for step, kind, detail in zip(run.events["step"], run.events["kind"], run.events["detail"])
+        if kind != "status"
+    ]
     sections = [
         ("Status", f"<p>{html.escape(str(run.status))} — {html.escape(str(run.path))}</p>"),
-        ("Last values", _table(summary)),
         ("Figures", _figures(figures)),
+        ("Last values", _table(summary)),
+        ("Events", _table(events)),
+        ("Config", _configs({run.name: run.config})),
     ]
     return _write(path, render_page(f"dynascope run: {run.name}", sections))

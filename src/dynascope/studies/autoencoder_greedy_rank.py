@@ -188,7 +188,13 @@ def reconstruction_loss(P: torch.Tensor, second_moment: torch.Tensor) -> torch.T
     return (R * (second_moment @ R)).sum()
 
 
-def run_autoencoder(config: AutoencoderRunConfig, run_dir: Path, *, progress: bool = False) -> None:
+def run_autoencoder(
+    config: AutoencoderRunConfig,
+    run_dir: Path,
+    *,
+    progress: bool = False,
+    device: str | None = None,
+) -> None:
     """Train one linear autoencoder full-batch and log the S15 instruments (module docstring).
 
     Logged at step 0 only: ``data.directions`` ``[d_in, r]`` (A), ``data.variances`` ``[r]``,
@@ -199,6 +205,8 @@ def run_autoencoder(config: AutoencoderRunConfig, run_dir: Path, *, progress: bo
     (thread hand-offs, not arithmetic).
     """
     del progress
+    if device is not None:  # --device: the config's own default otherwise
+        config = config.model_copy(update={"device": device})
     with one_intra_op_thread():
         _train_autoencoder(config, run_dir)
 

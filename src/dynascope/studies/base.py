@@ -9,12 +9,15 @@ A study is ``Study(name, claim, source, presets, build_runs, analyze)``:
 - ``analyze(runs, figures_dir) -> Analysis``: reads **only** the run stores (``load_run``)
   and returns verdicts computed from them, plus the figures it drew.
 
-``Study.run(preset, out)`` executes the runs (one run directory each under ``out/runs/``),
+``Study.run(preset, out)`` executes the runs (one run directory each under ``out/runs/``) on
+an executor (:mod:`dynascope.executors`: in-process by default, a process pool, or Ray),
 analyzes them and writes ``out/verdict.json``, ``out/figures/*.png`` and ``out/report.html``.
 A claim that does not hold is a result, not an error, and so is a run that diverges: the other
-runs go on and ``analyze`` sees its status. A run that fails with an exception is recorded as
-``failed`` and the others go on. A run stopped by SIGINT/SIGTERM stops the study
-(:class:`StudyInterrupted`); running the study again starts its runs over.
+runs go on and ``analyze`` sees its status. A run that fails with an exception (or whose
+process dies) is recorded as ``failed`` and the others go on. A run stopped by SIGINT/SIGTERM
+stops the study (:class:`StudyInterrupted`); running the study again resumes it: finished runs
+are kept, interrupted ones continue from their checkpoints, missing ones start
+(``studies/_plan.py``; ``out/study.json`` records what the directory holds).
 """
 
 from __future__ import annotations
@@ -28,12 +31,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from pydantic import BaseModel
 
-from dynascope.store import Run, load_run, safe_name
+from dynascope.store import Run, RunLockedError, load_run, safe_name
+
+if TYPE_CHECKING:
+    from dynascope.executors import Executor
 
 __all__ = [
     "Analysis",
@@ -46,6 +52,7 @@ __all__ = [
 ]
 
 PRESETS = ("smoke", "fast", "paper")
+_DONE = {"keep": "kept", "resume": "resumed", "start": "started"}  # what this call did to a run
 
 
 @contextmanager
@@ -108,7 +115,9 @@ class Verdict:
 class RunSpec:
     """One run of a study: its directory name, config and the runner that executes it.
 
-    ``runner(config, run_dir, progress=False)`` must be a module-level function (picklable).
+    ``runner(config, run_dir, progress=False)`` must be a module-level function (picklable);
+    it may also take ``device="cpu"`` (``cpu`` or ``cuda``) and ``resume=False`` (continue
+    from the run directory's last checkpoint), which are passed only to runners that take them.
 
     Raises:
         ValueError: if ``name`` is not a safe path component (:func:`dynascope.store.safe_name`).
@@ -198,57 +207,103 @@ class Study:
         seed: int = 0,
         progress: bool = False,
         on_run: Callable[[str, str, float], None] | None = None,
+        executor: Executor | None = None,
+        device: str | None = None,
+        fresh: bool = False,
+        run_reports: bool = False,
     ) -> StudyOutcome:
-        """Execute every run in-process, analyze, write verdict.json, figures and report.html.
+        """Execute the runs still to do, analyze, write verdict.json, figures and report.html.
+
+        A rerun into the same directory resumes the study (``studies/_plan.py``): finished and
+        diverged runs are kept, interrupted or killed runs resumed, missing and failed runs
+        started; run configs that differ from the directory's are refused unless ``fresh``.
 
         Args:
             preset: ``smoke``, ``fast`` or ``paper``.
             out: the study directory.
             seed: added to every run's seed.
-            progress: show per-run progress bars.
-            on_run: called as ``on_run(run_name, status, seconds)`` after each run.
+            progress: show per-run progress bars (in-process executor only).
+            on_run: called as ``on_run(run_name, status, seconds)`` after each executed run.
+            executor: where runs execute (:mod:`dynascope.executors`); default in-process.
+            device: ``auto``, ``cpu`` or ``cuda``, passed to runners that take ``device``;
+                ``None`` leaves each run's own default.
+            fresh: delete the directory's runs and start every run over.
+            run_reports: also write each run's ``report.html`` (loss and probe curves).
         Raises:
-            ValueError: unknown preset, or ``out`` is a run directory.
+            ValueError: unknown preset or device, ``cuda`` without CUDA, ``out`` is a run
+                directory, or ``out`` holds runs of other configs (and not ``fresh``).
+            dynascope.store.RunLockedError: a run to execute is in use by another process.
+            StudyInterrupted: a run was stopped by SIGINT/SIGTERM (rerun to continue).
         """
+        from dynascope.executors import LocalExecutor, RunTask, runner_kwargs
+        from dynascope.executors._task import record_failure
+
+        from ._plan import plan_runs, write_manifest
+
         config = self.preset(preset)
+        device = resolve_device(device)
         specs = self.build_runs(config, seed)
         out = Path(out)
         if (out / "metrics.sqlite").exists():
             raise ValueError(f"out: {str(out)!r} is a run directory, not a study directory")
-        if (out / "runs").is_dir():  # a re-run replaces every run of the directory
-            shutil.rmtree(out / "runs")
-        (out / "runs").mkdir(parents=True, exist_ok=True)
+        configs = {s.name: json.loads(json.dumps(s.config.model_dump(mode="json"))) for s in specs}
+        out.mkdir(parents=True, exist_ok=True)
+        plan = plan_runs(out, self.name, preset, seed, configs, fresh=fresh)
+        write_manifest(out, self.name, preset, seed, configs)
+        (out / "runs").mkdir(exist_ok=True)
+        executor = executor or LocalExecutor()
+        offered = {"progress": progress and executor.name == "local"}
+        if device is not None:
+            offered["device"] = device
+        tasks = []
+        for spec in specs:
+            if plan[spec.name] == "keep":
+                continue
+            kwargs = runner_kwargs(spec.runner, **offered, resume=plan[spec.name] == "resume")
+            if plan[spec.name] == "resume" and "resume" not in kwargs:
+                shutil.rmtree(out / "runs" / spec.name)  # this runner can only start over
+            run_dir = (out / "runs" / spec.name).resolve()
+            cuda = (device or getattr(spec.config, "device", "cpu")) == "cuda"
+            tasks.append(RunTask(spec.name, spec.runner, spec.config, run_dir, kwargs, cuda))
         start = time.perf_counter()
+        seconds = _previous_seconds(out)
+        outcomes = executor.map(tasks)
+        try:
+            for outcome in outcomes:
+                seconds[outcome.name] = round(outcome.seconds, 2)
+                if outcome.error and outcome.error.startswith("RunLockedError: "):
+                    raise RunLockedError(outcome.error.removeprefix("RunLockedError: "))
+                if not (out / "runs" / outcome.name / "metrics.sqlite").is_file():
+                    record_failure(out / "runs" / outcome.name, "the runner wrote no store")
+                run = load_run(out / "runs" / outcome.name)
+                if on_run is not None:
+                    on_run(outcome.name, run.status or "unknown", outcome.seconds)
+                if run.status == "interrupted":  # from the store: any runner, any return value
+                    _raise_interrupted(outcome.name, run, outcome.signal)
+        finally:
+            outcomes.close()  # an interrupted study stops the runs still executing
+        stop = getattr(executor, "stop_signal", None)
         runs: dict[str, Run] = {}
         run_rows = []
         for spec in specs:
             run_dir = out / "runs" / spec.name
-            t0 = time.perf_counter()
-            result = None
-            try:
-                result = spec.runner(spec.config, run_dir, progress=progress)
-            except Exception as err:  # one failed run is recorded; the others go on
-                from dynascope.store import RunStore
+            if not (run_dir / "metrics.sqlite").is_file():  # not started: the study was stopped
+                raise StudyInterrupted(spec.name, stop or "SIGINT", 0)
+            run = runs[spec.name] = load_run(run_dir)
+            if run.status == "interrupted":
+                _raise_interrupted(spec.name, run, stop)
+            run_rows.append(
+                {
+                    "name": spec.name,
+                    "status": run.status,
+                    "seconds": seconds.get(spec.name),
+                    "this_call": _DONE[plan[spec.name]],
+                }
+            )
+        elapsed = lambda: time.perf_counter() - start  # noqa: E731
+        return self._conclude(out, preset, runs, run_rows, elapsed, run_reports)
 
-                with RunStore(run_dir) as store:
-                    store.event(0, "error", f"{type(err).__name__}: {err}")
-                    store.set_status(0, "failed")
-            seconds = time.perf_counter() - t0
-            run = load_run(run_dir)
-            if run.status == "interrupted":  # read from the store: any runner, any return value
-                stops = run.events[run.events["kind"] == "interrupted"]
-                signal = getattr(result, "signal", None) or (
-                    stops["detail"].iloc[-1] if len(stops) else "SIGINT"
-                )
-                step = int(stops["step"].iloc[-1]) if len(stops) else 0
-                raise StudyInterrupted(spec.name, signal, step)
-            runs[spec.name] = run
-            run_rows.append({"name": spec.name, "status": run.status, "seconds": round(seconds, 2)})
-            if on_run is not None:
-                on_run(spec.name, run.status or "unknown", seconds)
-        return self._conclude(out, preset, runs, run_rows, lambda: time.perf_counter() - start)
-
-    def reanalyze(self, out: str | os.PathLike[str]) -> StudyOutcome:
+    def reanalyze(self, out: str | os.PathLike[str], *, run_reports: bool = False) -> StudyOutcome:
         """Analyze the runs already in a study directory again (figures, verdict.json, report).
 
         Raises:
@@ -256,8 +311,10 @@ class Study:
         """
         out = Path(out)
         info = json.loads((out / "verdict.json").read_text())
-        runs = {p.name: load_run(p) for p in sorted((out / "runs").iterdir()) if p.is_dir()}
-        return self._conclude(out, info["preset"], runs, info["runs"], lambda: info["seconds"])
+        runs = {row["name"]: load_run(out / "runs" / row["name"]) for row in info["runs"]}
+        return self._conclude(
+            out, info["preset"], runs, info["runs"], lambda: info["seconds"], run_reports
+        )
 
     def _conclude(
         self,
@@ -266,8 +323,10 @@ class Study:
         runs: dict[str, Run],
         run_rows: list[dict[str, Any]],
         seconds: Callable[[], float],
+        run_reports: bool = False,
     ) -> StudyOutcome:
-        """Analyze ``runs``; write figures, ``verdict.json`` and ``report.html`` under ``out``."""
+        """Analyze ``runs``; write figures, ``verdict.json`` and ``report.html`` under ``out``
+        (and each run's own ``report.html`` when ``run_reports``)."""
         figures_dir = out / "figures"
         figures_dir.mkdir(exist_ok=True)
         analysis = self.analyze(runs, figures_dir)
@@ -283,5 +342,48 @@ class Study:
         (out / "verdict.json").write_text(dump_json(outcome.to_json()))
         from dynascope.report.html import write_study_report
 
-        write_study_report(self, outcome, analysis.figures, out / "report.html")
+        if run_reports:
+            from dynascope.report.run import report_run
+
+            for run in runs.values():
+                report_run(run.path)
+        configs = {name: run.config for name, run in runs.items()}
+        write_study_report(self, outcome, analysis.figures, out / "report.html", configs)
         return outcome
+
+
+def resolve_device(device: str | None) -> str | None:
+    """``auto`` -> ``cuda`` when CUDA is available, else ``cpu``; ``None`` stays ``None``.
+
+    Raises:
+        ValueError: for another name, or ``cuda`` when CUDA is not available.
+    """
+    if device is None:
+        return None
+    if device not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"device must be one of auto, cpu, cuda (got {device!r})")
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            "device: cuda is not available here (no CUDA build of torch or no GPU); "
+            "use --device cpu or auto"
+        )
+    return device
+
+
+def _previous_seconds(out: Path) -> dict[str, Any]:
+    """Seconds of each run from the directory's last verdict.json (kept runs keep theirs)."""
+    try:
+        rows = json.loads((out / "verdict.json").read_text())["runs"]
+        return {row["name"]: row.get("seconds") for row in rows}
+    except (FileNotFoundError, KeyError, TypeError, ValueError):
+        return {}
+
+
+def _raise_interrupted(name: str, run: Run, signal: str | None) -> None:
+    stops = run.events[run.events["kind"] == "interrupted"]
+    detail = stops["detail"].iloc[-1] if len(stops) else ""
+    signal = signal or (detail if detail in ("SIGINT", "SIGTERM") else "SIGINT")
+    step = int(stops["step"].iloc[-1]) if len(stops) else 0
+    raise StudyInterrupted(name, signal, step)

@@ -200,14 +200,23 @@ def run_diagonal_toy(config: DiagonalToyConfig, run_dir: Path, *, progress: bool
         store.set_status(config.steps, "finished")
 
 
-def _train_runner(config: RunConfig, run_dir: Path, *, progress: bool = False) -> None:
+def _train_runner(
+    config: RunConfig,
+    run_dir: Path,
+    *,
+    progress: bool = False,
+    device: str | None = None,
+    resume: bool = False,
+) -> None:
     """The Trainer on one intra-op thread: the ViT is tiny (5 tokens, d_model 32), and with two
     threads on a loaded 2-core machine a step was measured at 180 ms against 10 ms on one."""
+    if device is not None:  # --device: the run's own default otherwise
+        config = config.model_copy(update={"device": device})
     if config.device != "cpu":
-        run_training(config, run_dir, progress=progress)
+        run_training(config, run_dir, progress=progress, resume=resume)
         return
     with one_intra_op_thread():
-        run_training(config, run_dir, progress=progress)
+        run_training(config, run_dir, progress=progress, resume=resume)
 
 
 # -- presets ----------------------------------------------------------------------------------

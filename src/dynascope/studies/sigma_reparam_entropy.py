@@ -178,12 +178,21 @@ def run_unit_checks(config: UnitCheckConfig, run_dir: Path, *, progress: bool = 
         store.set_status(config.drift_steps, "finished")
 
 
-def _train_runner(config: RunConfig, run_dir: Path, *, progress: bool = False) -> None:
+def _train_runner(
+    config: RunConfig,
+    run_dir: Path,
+    *,
+    progress: bool = False,
+    device: str | None = None,
+    resume: bool = False,
+) -> None:
     """Train on one intra-op thread (restored afterwards): this ViT's matrices are too small
     for a second thread to pay; on a 2-core machine 2 threads measured slower (CPU 435 s vs
     201 s single-threaded for the 300-step sweep, 2026-12-01)."""
+    if device is not None:  # --device: the run's own default otherwise
+        config = config.model_copy(update={"device": device})
     with one_intra_op_thread():
-        run_training(config, run_dir, progress=progress)
+        run_training(config, run_dir, progress=progress, resume=resume)
 
 
 # -- presets ----------------------------------------------------------------------------------

@@ -205,15 +205,24 @@ class SlingshotPreset(BaseModel):
     )
 
 
-def _train_runner(config: RunConfig, run_dir: Path, *, progress: bool = False) -> None:
+def _train_runner(
+    config: RunConfig,
+    run_dir: Path,
+    *,
+    progress: bool = False,
+    device: str | None = None,
+    resume: bool = False,
+) -> None:
     """Train one run on one intra-op thread (restored afterwards).
 
     The FCN's matrices (at most 200 x 256 x 256 per product) are too small for intra-op
     parallelism: with two threads on a busy 2-core machine, the smoke run's backward pass was
     measured 10x slower than with one (thread hand-offs wait on a descheduled thread).
     """
+    if device is not None:  # --device: the run's own default otherwise
+        config = config.model_copy(update={"device": device})
     with one_intra_op_thread():
-        run_training(config, run_dir, progress=progress)
+        run_training(config, run_dir, progress=progress, resume=resume)
 
 
 # -- presets ----------------------------------------------------------------------------------

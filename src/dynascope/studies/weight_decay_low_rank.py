@@ -164,8 +164,17 @@ def run_factor_toy(config: ToyConfig, run_dir: Path, *, progress: bool = False) 
         store.set_status(config.steps, "finished")
 
 
-def _train_runner(config: RunConfig, run_dir: Path, *, progress: bool = False) -> None:
-    run_training(config, run_dir, progress=progress)
+def _train_runner(
+    config: RunConfig,
+    run_dir: Path,
+    *,
+    progress: bool = False,
+    device: str | None = None,
+    resume: bool = False,
+) -> None:
+    if device is not None:  # --device: the run's own default otherwise
+        config = config.model_copy(update={"device": device})
+    run_training(config, run_dir, progress=progress, resume=resume)
 
 
 # -- presets ----------------------------------------------------------------------------------

@@ -1,0 +1,86 @@
+"""Side-by-side comparison of two run directories or two study directories.
+
+Glossary:
+    A, B:   the two directories, in the order given.
+    delta:  ``B - A`` for a metric both hold (``nan`` when either is missing or not finite).
+
+Runs are compared by the last logged value of every scalar (per-head keys ``L*.H*`` left out,
+as in ``dynascope show``) plus their status and last step; studies by each claim's measured
+value, threshold and verdict, and each run's status.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from dynascope.store import load_run
+
+__all__ = ["compare_dirs"]
+
+
+def _kind(path: Path) -> str:
+    if (path / "verdict.json").is_file():
+        return "study"
+    if (path / "metrics.sqlite").is_file():
+        return "run"
+    raise ValueError(
+        f"DIR: {str(path)!r} is neither a run directory (metrics.sqlite) nor a study directory "
+        "(verdict.json)"
+    )
+
+
+def _run_values(path: Path) -> dict[str, float | str]:
+    run = load_run(path)
+    values: dict[str, float | str] = {"status": str(run.status)}
+    if run.scalars.empty:
+        return values
+    values["last step"] = float(run.scalars["step"].max())
+    last = run.scalars.groupby("key").tail(1)
+    for key, value in zip(last["key"], last["value"]):
+        if not (key.startswith("L") and ".H" in key):
+            values[key] = float(value)
+    return values
+
+
+def _study_values(path: Path) -> dict[str, float | str]:
+    info = json.loads((path / "verdict.json").read_text())
+    values: dict[str, float | str] = {"study": info["study"], "preset": info["preset"]}
+    for claim in info["claims"]:
+        cid = claim["claim"].split(":")[0].strip()
+        measured = claim["measured"]
+        values[f"{cid} measured"] = math.nan if measured is None else float(measured)
+        values[f"{cid} threshold"] = float(claim["threshold"])
+        values[f"{cid} passed"] = "yes" if claim["passed"] else "no"
+    for row in info["runs"]:
+        values[f"run {row['name']}"] = str(row["status"])
+    return values
+
+
+def compare_dirs(a: Path, b: Path) -> tuple[str, list[dict[str, Any]]]:
+    """Rows ``{key, a, b, delta}`` over the union of both directories' metrics.
+
+    Returns:
+        ``(kind, rows)`` with kind ``"run"`` or ``"study"``; keys in first-seen order (A's,
+        then B's new ones); a missing value is ``None``.
+    Raises:
+        ValueError: if a directory is neither kind, or one is a run and the other a study.
+    """
+    kind_a, kind_b = _kind(a), _kind(b)
+    if kind_a != kind_b:
+        raise ValueError(
+            f"DIR_B: cannot compare a {kind_a} directory with a {kind_b} directory "
+            f"(got {str(a)!r} and {str(b)!r})"
+        )
+    read = _run_values if kind_a == "run" else _study_values
+    va, vb = read(a), read(b)
+    rows = []
+    for key in list(va) + [k for k in vb if k not in va]:
+        x, y = va.get(key), vb.get(key)
+        delta = math.nan
+        if isinstance(x, float) and isinstance(y, float) and math.isfinite(x) and math.isfinite(y):
+            delta = y - x
+        rows.append({"key": key, "a": x, "b": y, "delta": delta})
+    return kind_a, rows

@@ -1,0 +1,152 @@
+"""Executors: a registered smoke study gives the same verdict values on every executor; a run
+that raises or whose process dies is recorded as ``failed`` and the other runs go on.
+
+The reference is the in-process (``local``) execution of ``autoencoder-greedy-rank``'s smoke
+preset (3 runs, float64, one intra-op thread). Each run is deterministic given its config on
+one thread, so the process pool and Ray must reproduce the measured values exactly
+(``rtol=atol=0``); a difference would mean an executor changed a run (config, seed, device or
+thread count). Ray starts once for this module (``ray.init`` takes seconds).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from dynascope import studies
+from dynascope.executors import (
+    LocalExecutor,
+    ProcessExecutor,
+    make_executor,
+    runner_kwargs,
+)
+from dynascope.store import load_run
+
+HERE = Path(__file__).parent
+STUDY = "autoencoder-greedy-rank"
+
+
+@pytest.fixture(scope="module")
+def stub():
+    sys.path.insert(0, str(HERE))  # children unpickle the stub's runners by module name
+    try:
+        yield importlib.import_module("_stub_study")
+    finally:
+        sys.path.remove(str(HERE))
+
+
+@pytest.fixture(scope="module")
+def local_outcome(tmp_path_factory):
+    out = tmp_path_factory.mktemp("local")
+    return studies.get(STUDY).run(preset="smoke", out=out, executor=LocalExecutor())
+
+
+def _measured(outcome) -> torch.Tensor:
+    return torch.tensor([v.measured for v in outcome.claims], dtype=torch.float64)
+
+
+def _assert_same_verdicts(outcome, reference) -> None:
+    torch.testing.assert_close(
+        _measured(outcome), _measured(reference), rtol=0, atol=0, equal_nan=True
+    )
+    assert [v.passed for v in outcome.claims] == [v.passed for v in reference.claims]
+    assert [(r["name"], r["status"]) for r in outcome.runs] == [
+        (r["name"], r["status"]) for r in reference.runs
+    ]
+
+
+def test_make_executor_refuses_bad_input():
+    with pytest.raises(
+        ValueError, match=r"^executor must be one of local, process, ray \(got 'dask'\)$"
+    ):
+        make_executor("dask")
+    with pytest.raises(ValueError, match=r"^workers must be >= 1 \(got 0\)$"):
+        make_executor("process", workers=0)
+    with pytest.raises(ValueError, match="workers: only the process executor takes it"):
+        make_executor("local", workers=2)
+    with pytest.raises(ValueError, match="address: only the ray executor takes it"):
+        make_executor("process", workers=2, address="localhost:6379")
+
+
+def test_runner_kwargs_offers_only_what_a_runner_takes():
+    def old(config, run_dir, progress=False): ...
+    def new(config, run_dir, progress=False, device="cpu"): ...
+    def anything(config, run_dir, **kwargs): ...
+
+    offered = {"progress": False, "device": "cpu", "resume": True}
+    assert runner_kwargs(old, **offered) == {"progress": False}
+    assert runner_kwargs(new, **offered) == {"progress": False, "device": "cpu"}
+    assert runner_kwargs(anything, **offered) == offered
+
+
+@pytest.mark.slow
+def test_process_executor_gives_the_local_verdicts(local_outcome, tmp_path):
+    outcome = studies.get(STUDY).run(
+        preset="smoke", out=tmp_path, executor=ProcessExecutor(workers=2)
+    )
+    _assert_same_verdicts(outcome, local_outcome)
+    assert all(r["this_call"] == "started" for r in outcome.runs)
+
+
+def test_a_raising_run_and_a_dead_process_are_failed_and_the_others_finish(stub, tmp_path):
+    study = stub.make_study(("ok", "die", "raise", "ok"))
+    outcome = study.run(preset="smoke", out=tmp_path, executor=ProcessExecutor(workers=2))
+    assert [r["status"] for r in outcome.runs] == ["finished", "failed", "failed", "finished"]
+    errors = {
+        name: load_run(tmp_path / "runs" / name).events.query("kind == 'error'")["detail"].tolist()
+        for name in ("r1_die", "r2_raise")
+    }
+    assert errors == {
+        "r1_die": ["WorkerDied: the run's process killed by SIGKILL"],
+        "r2_raise": ["RuntimeError: stub failure"],
+    }
+    assert outcome.claims[1].measured == 2.0  # analyze saw both finished runs
+
+
+def test_device_is_passed_to_runners_that_take_it(stub, tmp_path):
+    study = stub.make_study(("ok",))
+    study.run(preset="smoke", out=tmp_path / "cpu", device="auto")  # no CUDA here: cpu
+    invoked = load_run(tmp_path / "cpu" / "runs" / "r0_ok").events.query("kind == 'invoked'")
+    assert invoked["detail"].str.endswith("device cpu").all()
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="^device: cuda is not available here"):
+            study.run(preset="smoke", out=tmp_path / "cuda", device="cuda")
+        assert not (tmp_path / "cuda").exists()  # refused before anything was written
+    with pytest.raises(ValueError, match=r"^device must be one of auto, cpu, cuda \(got 'tpu'\)$"):
+        study.run(preset="smoke", out=tmp_path / "tpu", device="tpu")
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    import ray
+
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        runtime_env={"env_vars": {"PYTHONPATH": str(HERE)}},  # workers import _stub_study
+    )
+    yield ray
+    ray.shutdown()
+
+
+@pytest.mark.slow
+def test_ray_local_gives_the_local_verdicts_and_records_failures(
+    ray_local, local_outcome, stub, tmp_path
+):
+    outcome = studies.get(STUDY).run(
+        preset="smoke", out=tmp_path / "ae", executor=make_executor("ray")
+    )
+    _assert_same_verdicts(outcome, local_outcome)
+    assert ray_local.is_initialized()  # the executor joined the module's Ray, did not stop it
+
+    study = stub.make_study(("ok", "raise", "die"))
+    outcome = study.run(preset="smoke", out=tmp_path / "stub", executor=make_executor("ray"))
+    assert [r["status"] for r in outcome.runs] == ["finished", "failed", "failed"]
+    died = load_run(tmp_path / "stub" / "runs" / "r2_die").events.query("kind == 'error'")
+    assert died["detail"].iloc[0].startswith(("WorkerCrashedError", "RayTaskError")), died

@@ -1,0 +1,110 @@
+"""Rerunning a study resumes it: finished runs kept, interrupted ones resumed, missing ones
+started; a directory holding other configs is refused; a run in use is refused."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dynascope.store import RunLock, RunLockedError, load_run
+
+HERE = Path(__file__).parent
+CHILD = HERE / "_resume_child.py"
+
+
+@pytest.fixture(scope="module")
+def stub():
+    sys.path.insert(0, str(HERE))
+    try:
+        yield importlib.import_module("_stub_study")
+    finally:
+        sys.path.remove(str(HERE))
+
+
+def _statuses(out: Path) -> dict[str, list[str]]:
+    runs = {}
+    for run_dir in sorted((out / "runs").iterdir()):
+        events = load_run(run_dir).events
+        runs[run_dir.name] = events[events["kind"] == "status"]["detail"].tolist()
+    return runs
+
+
+@pytest.mark.slow
+def test_a_killed_study_reruns_without_redoing_finished_runs(tmp_path):
+    out = tmp_path / "study"
+    child = subprocess.Popen([sys.executable, str(CHILD), str(out)], stdout=subprocess.DEVNULL)
+    b_checkpoints = out / "runs" / "b" / "checkpoints"
+    deadline = time.monotonic() + 120
+    while not list(b_checkpoints.glob("step_*.pt")) and child.poll() is None:
+        assert time.monotonic() < deadline, "run b never wrote a checkpoint"
+        time.sleep(0.01)
+    child.send_signal(signal.SIGKILL)  # mid-way through b: a finished, c not started
+    child.wait()
+    assert child.returncode == -signal.SIGKILL
+    before = _statuses(out)
+    assert before["a"] == ["running", "finished"] and before["b"] == ["running"]
+    assert "c" not in before
+
+    rerun = subprocess.run(
+        [sys.executable, str(CHILD), str(out)], capture_output=True, text=True, timeout=300
+    )
+    assert rerun.returncode == 0, rerun.stderr
+    result = json.loads(rerun.stdout)
+    assert result["invoked"] == ["b:resume", "c:start"]  # a is not run again
+    assert [(r["name"], r["status"], r["this_call"]) for r in result["runs"]] == [
+        ("a", "finished", "kept"),
+        ("b", "finished", "resumed"),
+        ("c", "finished", "started"),
+    ]
+    after = _statuses(out)
+    assert after["a"] == before["a"]  # untouched
+    b_events = load_run(out / "runs" / "b").events
+    assert (b_events["kind"] == "resumed").sum() == 1
+    b_scalars = load_run(out / "runs" / "b").scalars
+    assert not b_scalars.duplicated(["step", "key"]).any()
+    assert b_scalars["step"].max() == 200
+    assert result["passed"]
+
+
+def test_a_directory_with_other_configs_is_refused_and_fresh_starts_over(stub, tmp_path):
+    stub.make_study(("ok", "ok"), steps=4).run(preset="smoke", out=tmp_path)
+    other = stub.make_study(("ok", "ok"), steps=5)
+    with pytest.raises(ValueError, match=r"holds runs made with other configs \(r0_ok, r1_ok: "):
+        other.run(preset="smoke", out=tmp_path)
+    assert load_run(tmp_path / "runs" / "r0_ok").scalars["step"].max() == 4  # nothing mixed
+    with pytest.raises(ValueError, match="holds study 'stub', not 'other'"):
+        stub.make_study(("ok",), name="other").run(preset="smoke", out=tmp_path)
+    outcome = other.run(preset="smoke", out=tmp_path, fresh=True)
+    assert [r["this_call"] for r in outcome.runs] == ["started", "started"]
+    assert load_run(tmp_path / "runs" / "r0_ok").scalars["step"].max() == 5
+
+
+def test_failed_runs_start_again_and_finished_runs_are_kept(stub, tmp_path):
+    study = stub.make_study(("ok", "raise"))
+    study.run(preset="smoke", out=tmp_path)
+    outcome = study.run(preset="smoke", out=tmp_path)
+    assert [(r["status"], r["this_call"]) for r in outcome.runs] == [
+        ("finished", "kept"),
+        ("failed", "started"),
+    ]
+    for name in ("r0_ok", "r1_raise"):  # kept: invoked once; started: its old store cleared
+        events = load_run(tmp_path / "runs" / name).events
+        assert (events["kind"] == "invoked").sum() == 1
+
+
+def test_a_run_in_use_by_another_process_is_refused(stub, tmp_path):
+    study = stub.make_study(("ok", "raise"))
+    study.run(preset="smoke", out=tmp_path)
+    lock = RunLock(tmp_path / "runs" / "r1_raise")
+    try:
+        with pytest.raises(RunLockedError, match="r1_raise' is in use by another process"):
+            study.run(preset="smoke", out=tmp_path)
+    finally:
+        lock.release()

@@ -1,0 +1,153 @@
+"""The suite and scale-out commands: ``study run --all``, ``study table``, ``compare``,
+``--executor``/``--workers``/``--device`` input checks.
+
+``--all`` runs against a registry of two stub studies (tests/executors/_stub_study.py), so the
+test does not depend on the real studies' runtimes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from dynascope import studies
+from dynascope.cli import app
+
+HERE = Path(__file__).parent / "executors"
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def assert_one_line_error(result, pattern: str) -> None:
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert re.search(pattern, lines[0]), lines[0]
+
+
+@pytest.fixture
+def stub_registry(monkeypatch):
+    monkeypatch.syspath_prepend(str(HERE))
+    stub = importlib.import_module("_stub_study")
+    registry = {
+        "stub-a": stub.make_study(("ok", "ok"), name="stub-a"),
+        "stub-b": stub.make_study(("ok", "raise"), name="stub-b"),
+    }
+    monkeypatch.setattr(studies, "_registry", lambda: registry)
+    return registry
+
+
+def _broken_runs(preset, seed):
+    raise RuntimeError("broken build_runs")
+
+
+def test_study_run_all_prints_the_suite_table_and_study_table_writes_markdown(
+    stub_registry, tmp_path
+):
+    stub = importlib.import_module("_stub_study")
+    broken = dataclasses.replace(stub.make_study(name="stub-0broken"), build_runs=_broken_runs)
+    stub_registry["stub-0broken"] = broken  # sorted first: the suite goes on after it
+    result = invoke(
+        "study", "run", "--all", "--preset", "smoke", "--out", tmp_path, "--no-progress"
+    )
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines() == [
+        "error: study stub-0broken failed: RuntimeError: broken build_runs",
+        "error: studies that could not run: stub-0broken",
+    ]
+    assert "stub-0broken" in result.stdout and "(not run)" in result.stdout
+    del stub_registry["stub-0broken"]
+    for name in stub_registry:
+        assert (tmp_path / f"{name}-smoke" / "verdict.json").is_file()
+        assert (tmp_path / f"{name}-smoke" / "runs" / "r0_ok" / "report.html").is_file()
+    assert "suite (smoke)" in result.stdout
+    table_lines = [line for line in result.stdout.splitlines() if "stub-" in line and "s1" in line]
+    assert len(table_lines) == 2
+
+    docs = tmp_path / "studies.md"
+    result = invoke("study", "table", "--dir", tmp_path, "--preset", "smoke", "--output", docs)
+    assert result.exit_code == 0, result.output
+    text = docs.read_text()
+    assert "`dynascope study run --all --preset smoke`" in text
+    row = r"^\| stub-a \| s1 \| -?[0-9.e+-]+ \| 0 \| (yes|no) \| [0-9.]+ \| sum of last x \|$"
+    assert re.search(row, text, re.M)
+    assert "| stub-b | s2 | 1 | 1 | yes |  | finished runs |" in text  # one of two finished
+
+    del stub_registry["stub-b"]
+    stub_registry["stub-c"] = stub_registry["stub-a"]  # registered, never run here
+    result = invoke("study", "table", "--dir", tmp_path, "--preset", "smoke", "--output", docs)
+    assert "| stub-c | (not run) |" in docs.read_text()
+
+
+def test_study_run_needs_a_name_or_all_and_checks_executor_options(stub_registry, tmp_path):
+    out = tmp_path / "never"
+    assert_one_line_error(invoke("study", "run", "--out", out), "give a study name or --all")
+    assert_one_line_error(
+        invoke("study", "run", "stub-a", "--all", "--out", out), "give a study name or --all"
+    )
+    assert_one_line_error(
+        invoke("study", "run", "stub-a", "--executor", "dask", "--out", out),
+        r"executor must be one of local, process, ray \(got 'dask'\)",
+    )
+    assert_one_line_error(
+        invoke("study", "run", "stub-a", "--workers", "2", "--out", out),
+        "workers: only the process executor takes it",
+    )
+    assert_one_line_error(
+        invoke("study", "run", "stub-a", "--device", "tpu", "--out", out),
+        r"device must be one of auto, cpu, cuda \(got 'tpu'\)",
+    )
+    if not torch.cuda.is_available():
+        assert_one_line_error(
+            invoke("study", "run", "stub-a", "--device", "cuda", "--out", out),
+            "device: cuda is not available here",
+        )
+    assert not out.exists()
+
+
+def test_run_device_and_bf16_without_cuda_are_one_line_errors(tmp_path):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(
+        "task: {name: associative_recall, n_keys: 6, n_values: 5, n_pairs: 3}\n"
+        "model: {d_model: 12, n_heads: 3, d_mlp: 0}\ntrain: {steps: 2, batch_size: 4}\n"
+    )
+    out = tmp_path / "run"
+    if not torch.cuda.is_available():
+        assert_one_line_error(
+            invoke("run", config, "--out", out, "--device", "cuda"),
+            "device: cuda is not available here",
+        )
+    assert_one_line_error(
+        invoke("run", config, "--out", out, "--bf16"), r"bf16: autocast needs device=cuda"
+    )
+    assert not out.exists()
+    result = invoke("run", config, "--out", out, "--device", "auto", "--no-progress")
+    assert result.exit_code == 0, result.output
+
+
+def test_compare_prints_two_runs_and_two_studies_side_by_side(stub_registry, tmp_path):
+    for seed in (0, 1):
+        out = tmp_path / f"s{seed}"
+        result = invoke("study", "run", "stub-a", "--preset", "smoke", "--seed", seed, "--out", out)
+        assert result.exit_code == 0, result.output
+    runs = invoke("compare", tmp_path / "s0" / "runs" / "r0_ok", tmp_path / "s1" / "runs" / "r0_ok")
+    assert runs.exit_code == 0, runs.output
+    x_line = next(line for line in runs.stdout.splitlines() if line.strip("│ ").startswith("x "))
+    numbers = [float(v) for v in re.findall(r"-?\d+\.?\d*(?:e[-+]\d+)?", x_line)]
+    assert len(numbers) == 3 and numbers[2] == pytest.approx(numbers[1] - numbers[0], abs=1e-5)
+    studies_ = invoke("compare", tmp_path / "s0", tmp_path / "s1")
+    assert studies_.exit_code == 0 and "s1 measured" in studies_.stdout
+    assert_one_line_error(
+        invoke("compare", tmp_path / "s0", tmp_path / "s1" / "runs" / "r0_ok"),
+        "cannot compare a study directory with a run directory",
+    )
+    assert_one_line_error(invoke("compare", tmp_path, tmp_path / "s1"), "is neither a run")
