@@ -202,7 +202,7 @@ def test_errors():
     with pytest.raises(ValueError, match="n_ctx must be positive"):
         Transformer(**common, n_ctx=0, d_vocab=D_VOCAB)
     with pytest.raises(ValueError, match="kind must be one of"):
-        Transformer(**common, n_ctx=N_CTX, d_vocab=D_VOCAB, attention="hyla")
+        Transformer(**common, n_ctx=N_CTX, d_vocab=D_VOCAB, attention="hypernet")
     with pytest.raises(ValueError, match="d_mlp must be None, 0 or positive"):
         Transformer(**common, n_ctx=N_CTX, d_vocab=D_VOCAB, d_mlp=-1)
     with pytest.raises(ValueError, match="activation must be one of"):

@@ -43,11 +43,21 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .capture import CapturePoint
+from .hyla import MIXERS, RelativePositionBias, hypernetwork_output, rms_head
 
 __all__ = ["MultiHeadAttention"]
 
-AttentionKind = Literal["softmax", "linear"]
-_KINDS = ("softmax", "linear")
+# Hypernetwork kinds (HYLA and its ablations, arXiv 2406.05816): see dynascope.nn.hyla.MIXERS.
+AttentionKind = Literal[
+    "softmax",
+    "linear",
+    "linear_rms_head",
+    "hyla",
+    "hyla_no_rms_head",
+    "hyla_mlp_linear",
+    "softmax_hyla",
+]
+_KINDS = tuple(MIXERS)
 
 
 class MultiHeadAttention(nn.Module):
@@ -55,6 +65,8 @@ class MultiHeadAttention(nn.Module):
 
     Softmax kind: ``pattern_h = softmax(scale * q_h k_h^T + mask)`` with ``-inf`` at hidden keys.
     Linear kind: ``pattern_h = scale * q_h k_h^T`` with hidden entries set to 0 (no softmax).
+    Hypernetwork kinds (``hyla``, ``linear_rms_head``, ablations): see :mod:`dynascope.nn.hyla`;
+    the pattern is the normalised score, the latent code of each (query, key) pair.
 
     When neither ``hook_attn_scores`` nor ``hook_pattern`` has a listener, the softmax kind runs
     ``F.scaled_dot_product_attention`` (fused, the pattern is never materialised); otherwise it
@@ -67,14 +79,19 @@ class MultiHeadAttention(nn.Module):
         d_model: residual width.
         n_heads: number of heads.
         d_head: per-head width; ``None`` means ``d_model // n_heads``.
-        kind: ``"softmax"`` or ``"linear"``.
+        kind: ``"softmax"``, ``"linear"``, or a hypernetwork kind of
+            :data:`dynascope.nn.hyla.MIXERS` (``"hyla"``: RMSHead scores + ReLU value network;
+            ``"linear_rms_head"``; the HYLA ablations).
         is_causal: if True, query ``i`` attends only to keys ``j <= i``.
         use_bias: if True, learn ``b_Q, b_K, b_V, b_O``; otherwise they are ``None``.
         scale: score multiplier; ``None`` means ``1 / sqrt(d_head)``.
+        relative_position_buckets: if set, add a learned T5 relative position bias with this
+            many buckets (= max distance) to the scores
+            (:class:`dynascope.nn.hyla.RelativePositionBias`).
     Raises:
         ValueError: if ``d_model``, ``n_heads`` or ``d_head`` is not positive; if ``d_head`` is
             ``None`` and ``n_heads`` does not divide ``d_model``; if ``kind`` is not one of
-            ``"softmax"``, ``"linear"``.
+            :data:`dynascope.nn.hyla.MIXERS`.
     References:
         Vaswani et al. (2017), arXiv 1706.03762; Elhage et al. (2021), "A Mathematical Framework
         for Transformer Circuits"; von Oswald et al. (2023), arXiv 2212.07677.
@@ -90,6 +107,7 @@ class MultiHeadAttention(nn.Module):
         is_causal: bool = False,
         use_bias: bool = False,
         scale: float | None = None,
+        relative_position_buckets: int | None = None,
     ) -> None:
         super().__init__()
         if d_model <= 0:
@@ -113,6 +131,10 @@ class MultiHeadAttention(nn.Module):
         self.is_causal = is_causal
         self.use_bias = use_bias
         self.scale = 1.0 / math.sqrt(d_head) if scale is None else float(scale)
+        # Optional T5 relative position bias added to the scores (n_buckets = max_distance).
+        self.relative_position: RelativePositionBias | None = None
+        if relative_position_buckets is not None:
+            self.relative_position = RelativePositionBias(n_heads, relative_position_buckets)
 
         self.W_Q = nn.Parameter(torch.empty(n_heads, d_model, d_head))
         self.W_K = nn.Parameter(torch.empty(n_heads, d_model, d_head))
@@ -202,6 +224,8 @@ class MultiHeadAttention(nn.Module):
         mask = self._mask(x, key_padding_mask)
 
         listened = self.hook_attn_scores.has_listener or self.hook_pattern.has_listener
+        if self.kind not in ("softmax", "linear") or self.relative_position is not None:
+            return self._hypernetwork_forward(q, k, v, mask)
         if self.kind == "softmax" and not listened:
             z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
         else:
@@ -220,6 +244,35 @@ class MultiHeadAttention(nn.Module):
             pattern = self.hook_pattern(pattern)  # [batch, n_heads, query_pos, key_pos]
             z = pattern @ v  # [batch, n_heads, query_pos, d_head]
         out = torch.einsum("bhpd,hdm->bpm", z, self.W_O)
+        if self.b_O is not None:
+            out = out + self.b_O
+        return out
+
+    def _hypernetwork_forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        """Explicit path for the hypernetwork kinds and the relative position bias.
+
+        Scores ``scale q k^T (+ T5 bias)``; normalisation and target network from
+        :data:`dynascope.nn.hyla.MIXERS`; masked entries are ``-inf`` before a softmax and 0
+        otherwise (as the reference code).
+        """
+        normalization, target_network = MIXERS[self.kind]
+        scores = self.scale * q @ k.transpose(-1, -2)  # [batch, n_heads, query_pos, key_pos]
+        if self.relative_position is not None:
+            scores = scores + self.relative_position(scores.shape[-2], scores.shape[-1])
+        scores = self.hook_attn_scores(scores)
+        if normalization == "softmax":
+            if mask is None:
+                pattern = scores.softmax(dim=-1)
+            else:
+                visible = mask.any(dim=-1, keepdim=True)
+                filled = scores.masked_fill(~mask, float("-inf")).masked_fill(~visible, 0.0)
+                pattern = filled.softmax(dim=-1).masked_fill(~visible, 0.0)
+        else:
+            pattern = scores if mask is None else scores.masked_fill(~mask, 0.0)
+            if normalization == "rms_head":
+                pattern = rms_head(pattern)
+        pattern = self.hook_pattern(pattern)  # [batch, n_heads, query_pos, key_pos]
+        out = hypernetwork_output(pattern, v, self.W_O, target_network)
         if self.b_O is not None:
             out = out + self.b_O
         return out
