@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from dynascope import studies
 from dynascope.cli import app
 
 # Small, pairwise-distinct sizes: 6 keys, 5 values, 3 pairs; d_model 12 over 3 heads (d_head 4).
@@ -457,8 +458,7 @@ CASES = [
     case(
         "unknown study",
         ("study", "run", "nope"),
-        r"^error: unknown study 'nope' \(allowed: autoencoder-greedy-rank, gradual-rank, "
-        r"sigma-reparam-entropy, slingshot, weight-decay-low-rank\)$",
+        rf"^error: unknown study 'nope' \(allowed: {re.escape(', '.join(studies.names()))}\)$",
     ),
     case(
         "unknown preset",

@@ -377,6 +377,8 @@ class NTKDrift(Probe):
     call (or ``x`` if given); ``Theta_0`` is the kernel at that call. Both are kept in
     :meth:`state_dict`, so a resumed run compares with the same reference. Outputs are flattened
     per example (``d_out`` = everything after the batch axis; cost grows with d_out and P).
+    The kernel is taken with the model in eval mode (restored afterwards), so dropout is off and
+    modules with in-place buffer updates (σReparam's power iteration) leave their state alone.
 
     Keys: ``ntk.relative_change`` (0 at the first call), ``ntk.trace`` (trace of the
     ``[n, n]`` trace-mode Gram, output units^2), ``ntk.alignment_0`` (cosine of the Gram with
@@ -431,6 +433,10 @@ class NTKDrift(Probe):
                 return {}
             self.x = ctx.batch[self.input_key][: self.n_examples].detach().clone()
         device = next(model.parameters()).device
+        # eval mode (restored by Probe.__call__): the kernel of the deterministic f(x; θ), with
+        # dropout off and no module updating its buffers in place (SigmaReparam's power
+        # iteration would, and torch.func forbids writes to captured tensors).
+        model.eval()
         K = self._kernel(model, self.x.to(device)).detach().cpu()
         if self.K0 is None:
             self.K0 = K
