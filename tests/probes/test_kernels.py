@@ -103,6 +103,41 @@ def test_entk_over_a_parameter_subset(setup, strategy):
     )
 
 
+class _ScaledNet(torch.nn.Module):
+    """A net with a 0-d parameter (a learned output scale, as σReparam's γ per matrix)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = _net()
+        self.scale = torch.nn.Parameter(torch.tensor(1.7, dtype=F64))
+
+    def forward(self, x):
+        return self.scale * self.inner(x)
+
+
+@pytest.mark.parametrize("strategy", ["jacobian", "jvp_vjp"])
+@pytest.mark.parametrize("chunk_size", [None, 2])
+@pytest.mark.parametrize("mode", ["full", "trace", "diagonal"])
+def test_entk_with_a_scalar_parameter_equals_explicit_jacobian_products(
+    setup, strategy, chunk_size, mode
+):
+    _, x1, x2 = setup
+    model = _ScaledNet()
+    fn, params = model_function(model)
+    J1, J2 = _explicit_jacobian(model, x1), _explicit_jacobian(model, x2)
+    kw = {"strategy": strategy, "chunk_size": chunk_size, "mode": mode}
+    if mode == "diagonal":
+        x2, J2 = x1.flip(0), _explicit_jacobian(model, x1.flip(0))
+    expected = {
+        "full": lambda: torch.einsum("icp,jdp->ijcd", J1, J2),
+        "trace": lambda: torch.einsum("icp,jcp->ij", J1, J2),
+        "diagonal": lambda: torch.einsum("icp,icp->ic", J1, J2),
+    }[mode]()
+    torch.testing.assert_close(
+        empirical_ntk(fn, params, x1, x2, **kw), expected, rtol=0, atol=1e-10
+    )
+
+
 def test_entk_gram_is_symmetric_psd_and_trace_mode_is_the_trace(setup):
     model, x1, _ = setup
     fn, params = model_function(model)

@@ -74,8 +74,8 @@ def _contract(j1: dict[str, Tensor], j2: dict[str, Tensor], mode: str) -> Tensor
     """Sum over parameters of Jacobian products, in the layout of ``mode``."""
     total = None
     for name in j1:
-        a = j1[name].flatten(2)  # [n1, d_out, p]
-        b = j2[name].flatten(2)  # [n2, d_out, p]
+        a = j1[name].reshape(*j1[name].shape[:2], -1)  # [n1, d_out, p]; p = 1 for a scalar
+        b = j2[name].reshape(*j2[name].shape[:2], -1)  # [n2, d_out, p]
         if mode == "full":
             part = torch.einsum("icp,jdp->ijcd", a, b)
         elif mode == "trace":
