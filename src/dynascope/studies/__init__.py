@@ -14,7 +14,19 @@ from .base import Verdict as Verdict
 
 def _registry() -> dict[str, Study]:
     from .autoencoder_greedy_rank import STUDY as autoencoder_greedy_rank
+    from .bottleneck_acceleration import STUDY as bottleneck_acceleration
+    from .compositional_icl_bottleneck import STUDY as compositional_icl_bottleneck
+    from .fisher_kernel_low_rank import STUDY as fisher_kernel_low_rank
+    from .gated_rnn_attention import STUDY as gated_rnn_attention
     from .gradual_rank import STUDY as gradual_rank
+    from .hyla_fuzzy_logic import STUDY as hyla_fuzzy_logic
+    from .hyper_ut_pvr import STUDY as hyper_ut_pvr
+    from .modular_teacher_student import STUDY as modular_teacher_student
+    from .mup_coordinate_check import STUDY as mup_coordinate_check
+    from .ntk_lazy_validity import STUDY as ntk_lazy_validity
+    from .ntk_universality import STUDY as ntk_universality
+    from .permuted_initialisations import STUDY as permuted_initialisations
+    from .randomized_algorithms import STUDY as randomized_algorithms
     from .sigma_reparam_entropy import STUDY as sigma_reparam_entropy
     from .slingshot import STUDY as slingshot
     from .weight_decay_low_rank import STUDY as weight_decay_low_rank
@@ -23,7 +35,19 @@ def _registry() -> dict[str, Study]:
         s.name: s
         for s in (
             autoencoder_greedy_rank,
+            bottleneck_acceleration,
+            compositional_icl_bottleneck,
+            fisher_kernel_low_rank,
+            gated_rnn_attention,
             gradual_rank,
+            hyper_ut_pvr,
+            hyla_fuzzy_logic,
+            modular_teacher_student,
+            mup_coordinate_check,
+            ntk_lazy_validity,
+            ntk_universality,
+            permuted_initialisations,
+            randomized_algorithms,
             sigma_reparam_entropy,
             slingshot,
             weight_decay_low_rank,
