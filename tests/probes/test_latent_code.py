@@ -10,10 +10,10 @@ from sklearn.linear_model import LogisticRegression, Ridge
 from dynascope.probes.latent_code import (
     attention_latent_code,
     logistic_f1,
-    module_alignment,
     ridge_fit,
     ridge_r2,
 )
+from dynascope.probes.module_alignment import module_alignment
 
 
 def _gen(seed):

@@ -10,12 +10,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dynascope.probes.latent_code import module_alignment
 from dynascope.probes.module_alignment import (
     code_r2,
     fit_code_map,
     generated_weight_alignment,
-    unit_alignment,
+    module_alignment,
 )
 
 M, N_IN, N_HID = 6, 16, 16
@@ -48,10 +47,10 @@ def test_identified_student_scores_one():
     torch.testing.assert_close(
         code_r2(F, z_hat, z), torch.ones(M, dtype=torch.float64), rtol=0, atol=1e-4
     )
-    A = unit_alignment(theta, theta_hat, F)
+    A = module_alignment(theta, theta_hat, F)
     torch.testing.assert_close(A, torch.ones(M, N_HID, dtype=torch.float64), rtol=0, atol=1e-4)
     torch.testing.assert_close(
-        unit_alignment(theta, theta_hat, F, variant="all"),
+        module_alignment(theta, theta_hat, F, variant="all"),
         torch.ones(N_HID, dtype=torch.float64),
         rtol=0,
         atol=1e-4,
@@ -68,7 +67,7 @@ def test_unrelated_random_student_scores_low():
     theta_hat = torch.randn(12, N_IN, 32, generator=g, dtype=torch.float64)
     z_hat = torch.randn(200, 12, generator=g, dtype=torch.float64)
     F = fit_code_map(z_hat, z)
-    assert unit_alignment(theta, theta_hat, F).mean() < 0.7
+    assert module_alignment(theta, theta_hat, F).mean() < 0.7
     assert code_r2(F, z_hat, z).mean() < 0.2
 
 
@@ -76,21 +75,34 @@ def test_sign_flip_is_caught_by_signed_but_not_absolute_cosine():
     theta, theta_hat, _, z, z_hat = _oracle(2)
     F = fit_code_map(z_hat, z)
     flipped = -theta_hat  # mapped modules point the other way: not the teacher's units
-    assert unit_alignment(theta, flipped, F).max() < 0.9
+    assert module_alignment(theta, flipped, F).max() < 0.9
     torch.testing.assert_close(
-        unit_alignment(theta, flipped, F, absolute=True),
+        module_alignment(theta, flipped, F, absolute=True),
         torch.ones(M, N_HID, dtype=torch.float64),
         rtol=0,
         atol=1e-4,
     )
 
 
-def test_unit_variant_agrees_with_latent_code_module_alignment():
+def test_unit_variant_equals_a_loop_over_modules_and_units():
+    """Oracle: pinv(F) mapping, per-unit normalisation and the max over student units, by loops."""
     theta, theta_hat, _, z, z_hat = _oracle(3)
     g = torch.Generator().manual_seed(4)
     noisy = theta_hat + 0.3 * torch.randn(theta_hat.shape, generator=g, dtype=torch.float64)
     F = fit_code_map(z_hat, z)
-    torch.testing.assert_close(unit_alignment(theta, noisy, F), module_alignment(theta, noisy, F))
+    pinv = np.linalg.pinv(F.numpy())
+    t, th = theta.numpy(), noisy.numpy()
+    expected = np.empty((t.shape[0], t.shape[2]))
+    for m in range(t.shape[0]):
+        mapped = sum(pinv[j, m] * th[j] for j in range(th.shape[0]))  # [n_input, n_hidden_hat]
+        for o in range(t.shape[2]):
+            a = t[m, :, o] / np.linalg.norm(t[m, :, o])
+            expected[m, o] = max(
+                a @ mapped[:, q] / np.linalg.norm(mapped[:, q]) for q in range(mapped.shape[1])
+            )
+    torch.testing.assert_close(
+        module_alignment(theta, noisy, F), torch.from_numpy(expected), rtol=0, atol=1e-12
+    )
 
 
 def test_ridge_matches_its_closed_form_without_intercept():
@@ -125,8 +137,8 @@ def test_alignment_is_invariant_to_scaling_the_student(seed, log_c):
     noisy = theta_hat + torch.randn(theta_hat.shape, generator=g, dtype=torch.float64)
     F = fit_code_map(z_hat, z, l2=0.0)
     torch.testing.assert_close(
-        unit_alignment(theta, noisy * np.exp(log_c), F),
-        unit_alignment(theta, noisy, F),
+        module_alignment(theta, noisy * np.exp(log_c), F),
+        module_alignment(theta, noisy, F),
         rtol=1e-9,
         atol=1e-12,
     )
@@ -134,14 +146,14 @@ def test_alignment_is_invariant_to_scaling_the_student(seed, log_c):
 
 def test_zero_modules_and_bad_shapes():
     theta = torch.zeros(2, 3, 4)
-    A = unit_alignment(theta, torch.zeros(2, 3, 5), torch.eye(2))
+    A = module_alignment(theta, torch.zeros(2, 3, 5), torch.eye(2))
     torch.testing.assert_close(A, torch.zeros(2, 4, dtype=torch.float64))  # no direction: cosine 0
     with pytest.raises(ValueError, match="must fit"):
-        unit_alignment(theta, torch.zeros(2, 4, 5), torch.eye(2))
+        module_alignment(theta, torch.zeros(2, 4, 5), torch.eye(2))
     with pytest.raises(ValueError, match="variant must be 'unit' or 'all'"):
-        unit_alignment(theta, torch.zeros(2, 3, 5), torch.eye(2), variant="module")
+        module_alignment(theta, torch.zeros(2, 3, 5), torch.eye(2), variant="module")
     with pytest.raises(ValueError, match="must be finite"):
-        unit_alignment(theta, torch.full((2, 3, 5), float("nan")), torch.eye(2))
+        module_alignment(theta, torch.full((2, 3, 5), float("nan")), torch.eye(2))
     with pytest.raises(ValueError, match="l2 must be >= 0"):
         fit_code_map(torch.zeros(3, 2), torch.zeros(3, 1), l2=-1.0)
     with pytest.raises(ValueError, match="same tasks"):

@@ -55,13 +55,12 @@ from .latent import latent_effective_rank as latent_effective_rank
 from .latent import latent_rank as latent_rank
 from .latent_code import attention_latent_code as attention_latent_code
 from .latent_code import logistic_f1 as logistic_f1
-from .latent_code import module_alignment as module_alignment
 from .latent_code import ridge_fit as ridge_fit
 from .latent_code import ridge_r2 as ridge_r2
 from .module_alignment import code_r2 as code_r2
 from .module_alignment import fit_code_map as fit_code_map
 from .module_alignment import generated_weight_alignment as generated_weight_alignment
-from .module_alignment import unit_alignment as unit_alignment
+from .module_alignment import module_alignment as module_alignment
 from .norms import GradientNorms as GradientNorms
 from .norms import LastLayerNorm as LastLayerNorm
 from .norms import ParameterGroupNorms as ParameterGroupNorms

@@ -30,7 +30,6 @@ from torch import Tensor
 __all__ = [
     "attention_latent_code",
     "logistic_f1",
-    "module_alignment",
     "ridge_fit",
     "ridge_r2",
 ]
@@ -195,39 +194,3 @@ def logistic_f1(
     denom = 2 * tp + (pred * (1 - truth)).sum(0) + ((1 - pred) * truth).sum(0)
     f1 = torch.where(denom > 0, 2 * tp / denom.clamp_min(1), torch.full_like(tp, float("nan")))
     return f1, f1.nanmean()
-
-
-def module_alignment(theta: Tensor, theta_hat: Tensor, F: Tensor) -> Tensor:
-    """Per-unit module alignment after mapping the student's codes to the teacher's.
-
-    ``Theta_tilde_m = sum_j pinv(F)[j, m] Theta_hat_j`` (``z ~ F z_hat``); each hidden unit's
-    incoming vector (column) of ``Theta_m`` and ``Theta_tilde_m`` is normalised; ``A[m, o] =
-    max_o' <Theta_m[:, o], Theta_tilde_m[:, o']>`` (signed cosine).
-
-    Args:
-        theta: ``[M, fan_in, n_hidden]`` teacher modules.
-        theta_hat: ``[M_hat, fan_in, n_hidden_hat]`` student modules.
-        F: ``[M, M_hat]`` linear map from student to teacher codes (e.g. ridge fit).
-    Returns:
-        ``A`` ``[M, n_hidden]`` in [-1, 1]; report its mean/min.
-    Raises:
-        ValueError: if the shapes do not fit together.
-    References:
-        Schug et al. (2024), arXiv 2312.15001, sec. 3 and App. (reference ``run_theory.py``).
-    """
-    if theta.ndim != 3 or theta_hat.ndim != 3 or F.shape != (theta.shape[0], theta_hat.shape[0]):
-        raise ValueError(
-            "theta [M, fan_in, n_hidden], theta_hat [M_hat, fan_in, n_hidden_hat] and F "
-            f"[M, M_hat] must fit (got {tuple(theta.shape)}, {tuple(theta_hat.shape)}, "
-            f"{tuple(F.shape)})"
-        )
-    if theta.shape[1] != theta_hat.shape[1]:
-        raise ValueError(
-            f"fan_in differs: theta {theta.shape[1]} vs theta_hat {theta_hat.shape[1]}"
-        )
-    pinv = torch.linalg.pinv(F.double())  # [M_hat, M]
-    mapped = torch.einsum("jm,jih->mih", pinv, theta_hat.double())  # [M, fan_in, n_hidden_hat]
-    t = theta.double() / theta.double().norm(dim=1, keepdim=True).clamp_min(1e-300)
-    m = mapped / mapped.norm(dim=1, keepdim=True).clamp_min(1e-300)
-    cos = torch.einsum("mio,mip->mop", t, m)  # [M, n_hidden, n_hidden_hat]
-    return cos.amax(dim=-1)

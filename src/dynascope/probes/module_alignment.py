@@ -49,7 +49,7 @@ __all__ = [
     "code_r2",
     "fit_code_map",
     "generated_weight_alignment",
-    "unit_alignment",
+    "module_alignment",
 ]
 
 
@@ -116,7 +116,7 @@ def _normalise(w: Tensor, dims: tuple[int, ...]) -> Tensor:
     return w / w.norm(dim=dims, keepdim=True).clamp_min(1e-300)
 
 
-def unit_alignment(
+def module_alignment(
     theta: Tensor,
     theta_hat: Tensor,
     F: Tensor,
@@ -157,7 +157,7 @@ def unit_alignment(
             f"{tuple(F.shape)})"
         )
     if not (theta.isfinite().all() and theta_hat.isfinite().all() and F.isfinite().all()):
-        raise ValueError("unit_alignment: theta, theta_hat and F must be finite")
+        raise ValueError("module_alignment: theta, theta_hat and F must be finite")
     pinv = torch.linalg.pinv(F.double())  # [M_hat, M]
     tilde = torch.einsum("jm,jio->mio", pinv, theta_hat.double())
     if variant == "unit":

@@ -74,7 +74,7 @@ from dynascope.probes.module_alignment import (
     code_r2,
     fit_code_map,
     generated_weight_alignment,
-    unit_alignment,
+    module_alignment,
 )
 from dynascope.store import Run
 from dynascope.studies._hyperteacher_run import (
@@ -298,13 +298,13 @@ def analyze_run(run: Run) -> dict:
     row["gw_avr"] = float(np.mean(gw_avr)) if gw_avr else nan
     row["gw_max"] = float(np.mean(gw_max)) if gw_max else nan
     if has_theta:
-        A = unit_alignment(theta, theta_hat, F)
+        A = module_alignment(theta, theta_hat, F)
         row |= {
             "align_mean": float(A.mean()),
             "align_min": float(A.min()),
             "align_max": float(A.max()),
-            "align_abs_mean": float(unit_alignment(theta, theta_hat, F, absolute=True).mean()),
-            "align_all_mean": float(unit_alignment(theta, theta_hat, F, variant="all").mean()),
+            "align_abs_mean": float(module_alignment(theta, theta_hat, F, absolute=True).mean()),
+            "align_all_mean": float(module_alignment(theta, theta_hat, F, variant="all").mean()),
         }
     else:
         row |= {"align_mean": nan, "align_min": nan, "align_max": nan}
