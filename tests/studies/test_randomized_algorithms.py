@@ -1,4 +1,5 @@
-"""Study randomized-algorithms: verdicts on hand-built stores, smoke end to end, tiny runners."""
+"""Study randomized-algorithms: verdicts and colouring tables on hand-built stores, smoke end to
+end, tiny runners."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ from dynascope.studies.randomized_algorithms import (
 def _planted(tmp_path, values: dict[str, dict[str, float]]):
     runs = {}
     for spec in build_runs(STUDY.preset("smoke")):
+        if not spec.name.startswith("recall_"):
+            continue
         model = spec.name.removeprefix("recall_").rsplit("_s", 1)[0]
         with RunStore(tmp_path / spec.name) as store:
             store.write_config(spec.config.model_dump(mode="json"))
@@ -95,7 +98,7 @@ def test_missing_runs_give_nan_and_fail(tmp_path):
 def test_smoke_end_to_end(tmp_path):
     outcome = STUDY.run(preset="smoke", out=tmp_path)
     info = json.loads((tmp_path / "verdict.json").read_text())
-    assert [r["status"] for r in info["runs"]] == ["finished"] * 3
+    assert [r["status"] for r in info["runs"]] == ["finished"] * 5
     assert len(outcome.claims) == 3
     run = load_run(tmp_path / "runs" / "recall_lq_fixed_s0")
     assert run.config["random_seeds"] is False and run.config["m_seeds"] == 1
@@ -105,6 +108,66 @@ def test_smoke_end_to_end(tmp_path):
     s = run.tensors("eval.per_input_success")[1][-1]
     assert set(np.unique(s)) <= {0.0, 1.0}
     assert 0.0 <= run.last("eval.p5_success") <= run.last("eval.mean_success") <= 1.0
+    # colouring arm: C_5, q in {1, 10}, every one of the (5-1)!/2 = 12 cycles, 4 eval seeds
+    (per_q,) = [
+        rows for name, rows in outcome.tables.items() if name.startswith("cycle colouring C")
+    ]
+    assert [(r["n"], r["q"], r["cycles"]) for r in per_q] == [(5, 1.0, 12), (5, 10.0, 12)]
+    for row in per_q:
+        # oracle: recompute both rates from the stored per-cycle success over the 4 seeds
+        s = load_run(tmp_path / "runs" / row["runs"]).tensors("eval.per_input_success")[1][-1]
+        assert set(np.unique(s * 4)) <= {0.0, 1.0, 2.0, 3.0, 4.0}
+        assert row["single_seed"] == pytest.approx(float(s.mean()), abs=1e-6)
+        assert row["majority"] == pytest.approx(float(np.mean(s > 0.5)), abs=1e-6)
+        assert row["never_solved"] == pytest.approx(float(np.mean(s == 0)), abs=1e-6)
+    (trend,) = [
+        rows for name, rows in outcome.tables.items() if name.startswith("cycle colouring trend")
+    ]
+    assert trend[0]["delta_majority"] == pytest.approx(per_q[1]["majority"] - per_q[0]["majority"])
+    assert (tmp_path / "figures" / "colouring_trend.png").exists()
+
+
+def _planted_colouring(tmp_path, values: dict[str, tuple[int, float, float, list[float]]]):
+    """Colouring stores: name -> (n, q, majority as logged, per-cycle success)."""
+    runs = {}
+    for name, (n, q, majority, success) in values.items():
+        with RunStore(tmp_path / name) as store:
+            store.write_config({"n_vertices": n, "q": q, "steps": 10, "eval_seeds": 4})
+            store.log(1, {"train.mean_loss": 1.0})
+            s = torch.tensor(success)
+            row = {"eval.mean_success": s.mean(), "eval.majority_success": majority}
+            row |= {"eval.min_success": s.min(), "eval.per_input_success": s}
+            store.log(10, row)
+            store.set_status(10, "finished")
+        runs[name] = load_run(tmp_path / name)
+    return runs
+
+
+def test_colouring_tables_average_replicates_and_give_the_trend(tmp_path):
+    runs = _planted_colouring(
+        tmp_path,
+        {
+            "colour_n8_q1_s0": (8, 1.0, 0.50, [0.0, 1.0, 1.0, 0.0]),
+            "colour_n8_q1_s1": (8, 1.0, 0.75, [0.0, 1.0, 1.0, 1.0]),
+            "colour_n8_q10_s0": (8, 10.0, 1.00, [0.75, 0.75, 1.0, 0.75]),
+        },
+    )
+    analysis = analyze(runs, tmp_path)
+    per_q = analysis.tables[next(k for k in analysis.tables if k.startswith("cycle colouring C"))]
+    q1, q10 = per_q
+    assert (q1["q"], q10["q"]) == (1.0, 10.0) and q1["cycles"] == 4
+    assert q1["single_seed"] == pytest.approx((0.5 + 0.75) / 2)  # mean over the 2 replicates
+    assert q1["majority"] == pytest.approx(0.625) and q10["majority"] == pytest.approx(1.0)
+    assert q1["never_solved"] == pytest.approx((0.5 + 0.25) / 2) and q10["never_solved"] == 0.0
+    (trend,) = analysis.tables[next(k for k in analysis.tables if "trend" in k)]
+    assert (trend["q_low"], trend["q_high"]) == (1.0, 10.0)
+    assert trend["delta_single_seed"] == pytest.approx(0.8125 - 0.625)
+    assert trend["delta_majority"] == pytest.approx(0.375)
+    assert trend["delta_min"] == pytest.approx(0.75)
+    assert trend["delta_never_solved"] == pytest.approx(-0.375)
+    assert "not gated" in next(k for k in analysis.tables if k.startswith("cycle colouring C"))
+    assert len(analysis.verdicts) == 3  # the colouring arm adds no verdict
+    assert tmp_path / "colouring_trend.png" in analysis.figures
 
 
 def test_colouring_and_grid_world_runners_finish_on_tiny_configs(tmp_path):
@@ -145,9 +208,14 @@ def test_colouring_and_grid_world_runners_finish_on_tiny_configs(tmp_path):
     assert run.tensors("eval.per_treasure_return")[1][-1].shape == (8,)
 
 
-def test_opt_in_colouring_and_paper_presets_build_their_runs():
+def test_fast_has_the_colouring_arm_and_the_opt_in_and_paper_presets_build_their_runs():
+    fast = STUDY.preset("fast")
+    names = [s.name for s in build_runs(fast)]
+    assert names[3:] == ["colour_n8_q1_s0", "colour_n8_q10_s0"]
+    assert fast.colouring.eval_all_cycles and fast.colouring.eval_seeds == 30
     names = [s.name for s in build_runs(fast_with_colouring())]
     assert names[:3] == ["recall_erm_random_s0", "recall_lq_random_s0", "recall_lq_fixed_s0"]
-    assert "colour_q10_s0" in names
+    assert names[3:] == ["colour_n10_q1_s0", "colour_n10_q3_s0", "colour_n10_q10_s0"]
     paper = [s.name for s in build_runs(STUDY.preset("paper"))]
     assert "grid_s4" in paper and "sweep_N20_q100_s4" in paper and "msweep_m16_s0" in paper
+    assert "colour_n10_q5_s4" in paper

@@ -51,7 +51,7 @@ def test_success_needs_a_proper_colouring():
     assert conflicts(torch.tensor([0, 0, 1, 2]), batch["edges"][0]).item() == 1
 
 
-@pytest.mark.parametrize(("n", "count"), [(3, 1), (4, 3), (5, 12), (6, 60)])
+@pytest.mark.parametrize(("n", "count"), [(3, 1), (4, 3), (5, 12), (6, 60), (8, 2520)])
 def test_all_cycles_counts_each_cycle_once(n, count):
     cycles = all_cycles(n)
     assert cycles.shape == (count, n)  # (n-1)!/2

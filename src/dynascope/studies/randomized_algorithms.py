@@ -17,8 +17,13 @@ Runs (each a store; ``analyze`` reads only them):
   q = ``q_large``, one fixed seed r0), optionally ``erm_fixed``; ``replicates`` training seeds
   each. Held-out set: ``eval_inputs`` inputs from a generator of its own (the same set for
   every run), ``eval_seeds`` = 30 evaluation seeds.
-- paper only: N x q sweep and m sweep of A^q_R, cycle colouring C_10 for q in a grid, and the
-  grid world trained with PGPE against the exact adversary.
+- colouring (task B, :mod:`dynascope.tasks.cycle_colouring`): one neighbour-masked model per q
+  in ``colouring_qs`` (``colour_n{n}_q{q}_s{k}``), evaluated on every cycle of n labelled
+  vertices with ``eval_seeds`` seeds. ``fast``: C_8, q in {1, 10} (the issue's "trend in
+  fast"); ``fast_with_colouring`` (opt-in): C_10 at 20k steps; ``paper``: C_10 at 300k steps,
+  q in {1, 2, 3, 5, 10}.
+- paper only: N x q sweep and m sweep of A^q_R, and the grid world trained with PGPE against
+  the exact adversary.
 
 Verdicts (thresholds are SYSTEMS.md S2's proposals, frozen before the first fast run and never
 changed after; a failed claim is reported with its measured value). Values are means over
@@ -30,7 +35,12 @@ replicates.
 - iii: A^q_R's mean majority-vote success (30 seeds, plurality over the 2^b answers) minus its
   mean single-seed success >= 0.05.
 
-Colouring and grid-world results are tables and figures (trends), not verdicts.
+Colouring and grid-world results are tables and figures (trends), not verdicts: S2 states the
+colouring result (the majority vote nears 100% as q grows, a clear advantage for q > 3) and no
+threshold, and no colouring threshold was set here. The colouring tables give, per q, the
+single-seed proper-colouring rate (mean over cycles and seeds), the majority rate (cycles that
+more than half of the seeds colour properly), p5 / min over cycles of per-cycle success and the
+fraction never coloured properly, and per n the largest-q minus smallest-q differences.
 """
 
 from __future__ import annotations
@@ -42,9 +52,14 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from dynascope.report import new_figure, save_figure
 from dynascope.store import Run
 from dynascope.studies._grid_world_run import GridWorldRunConfig, run_grid_world
+from dynascope.studies._randomized_figures import (
+    colouring_figure,
+    grid_figure,
+    main_figures,
+    sweep_figure,
+)
 from dynascope.studies._randomized_runs import (
     ColouringRunConfig,
     RecallRunConfig,
@@ -133,7 +148,8 @@ def build_runs(preset: RandomizedAlgorithmsPreset, seed: int = 0) -> list[RunSpe
                 cfg = preset.colouring.model_copy(
                     update={"q": q, "seed": preset.colouring.seed + s}
                 )
-                specs.append(RunSpec(f"colour_q{q:g}_s{k}", cfg, run_colouring))
+                n = preset.colouring.n_vertices
+                specs.append(RunSpec(f"colour_n{n}_q{q:g}_s{k}", cfg, run_colouring))
         if preset.grid_world is not None:
             cfg = preset.grid_world.model_copy(update={"seed": preset.grid_world.seed + s})
             specs.append(RunSpec(f"grid_s{k}", cfg, run_grid_world))
@@ -142,7 +158,8 @@ def build_runs(preset: RandomizedAlgorithmsPreset, seed: int = 0) -> list[RunSpe
 
 # -- presets ----------------------------------------------------------------------------------
 def smoke() -> RandomizedAlgorithmsPreset:
-    """Plumbing only (seconds): N = 6, key size 2, m = 4, batch 32, 50 steps, 3 runs."""
+    """Plumbing only (seconds): recall N = 6, key size 2, m = 4, batch 32, 50 steps, 3 runs;
+    colouring C_5 (all 12 cycles), tiny model, 20 steps, q in {1, 10}, 2 runs."""
     recall = RecallRunConfig(
         n_keys=6,
         key_size=2,
@@ -154,18 +171,55 @@ def smoke() -> RandomizedAlgorithmsPreset:
         eval_inputs=256,
         log_every=10,
     )
-    return RandomizedAlgorithmsPreset(recall=recall)
+    colouring = ColouringRunConfig(
+        n_vertices=5,
+        d_model=8,
+        key_size=4,
+        d_mlp=8,
+        m_seeds=2,
+        batch_size=8,
+        steps=20,
+        warmup_steps=2,
+        eval_seeds=4,
+        log_every=5,
+    )
+    return RandomizedAlgorithmsPreset(recall=recall, colouring=colouring, colouring_qs=[1.0, 10.0])
+
+
+# The colouring arm of ``fast`` (and, at C_10, of ``fast_with_colouring``): the paper's Table 2
+# model and optimiser (2 blocks, 1 head, key 16, token 16; AdamW eps 1e-3, weight decay 0.1,
+# lr 1e-3 -> 1e-4, m = 10 seeds of one U[0,1] number per vertex) at batch 64 and CPU step counts.
+_COLOURING_ARM = {
+    "m_seeds": 10,
+    "batch_size": 64,
+    "lr": 1e-3,
+    "final_lr": 1e-4,
+    "adam_eps": 1e-3,
+    "weight_decay": 0.1,
+}
 
 
 def fast() -> RandomizedAlgorithmsPreset:
-    """≤ 3 minutes on 2 CPU cores: N = 12, key size 4, m = 8, batch 128, 2000 steps, 3 runs.
+    """≤ 3 minutes on 2 CPU cores: recall (3 runs) + C_8 colouring (2 runs). Measured
+    2026-12-01 on one thread: 145 s of CPU in all (140 user + 5 sys; 198 s wall on the shared
+    2-core machine), of which the colouring arm 50 s (26.3 s at q = 1, 23.8 s at q = 10).
 
-    d_model 32 >= d_in = N + b + d_r = 27, so the input embedding is no bottleneck (the
-    reference code embeds into 40). A first calibration at d_model 16 (the paper's token size
-    15) and 2500 steps left the embedding narrower than the token; it was changed once, before
-    the verdict runs, and not tuned after. The step count was fixed from the measured step time
-    (23 ms of CPU per step on one thread at d_model 32): three runs plus evaluation take about
-    2.5 minutes of CPU.
+    Recall: N = 12, key size 4, m = 8, batch 128, 2000 steps. d_model 32 >= d_in = N + b + d_r
+    = 27, so the input embedding is no bottleneck (the reference code embeds into 40). A first
+    calibration at d_model 16 (the paper's token size 15) and 2500 steps left the embedding
+    narrower than the token; it was changed once, before the verdict runs, and not tuned after.
+    The step count was fixed from the measured step time (23 ms of CPU per step on one thread at
+    d_model 32): three runs plus evaluation took 102-107 s of CPU when first measured.
+
+    Colouring (the issue's "cycle colouring trend in fast"): C_8, q = 1 vs q = 10 (the paper's
+    Table 2 q), evaluated on all 2,520 cycles of 8 labelled vertices with 30 evaluation seeds.
+    n = 8 was chosen before any run: it is the largest cycle in the issue's C_6..C_8 range, and
+    the smallest there on which a vertex's 2-block receptive field (itself, 2 neighbours, 2 at
+    distance 2: 5 vertices) does not cover the whole cycle, so no vertex sees the whole graph
+    (on C_6 it covers 5 of the 6 vertices). Steps fixed once from the measured step time
+    (2026-12-01, one thread: 17.9 ms of CPU per step at batch 64, m = 10, plus 1.1 s for the
+    evaluation): 1,400 steps (100 warm-up) give about 26 s per run, 52 s for the two, inside
+    the ~55 s set aside for the arm; nothing was changed after seeing outcomes.
     """
     recall = RecallRunConfig(
         n_keys=12,
@@ -177,11 +231,15 @@ def fast() -> RandomizedAlgorithmsPreset:
         warmup_steps=200,
         eval_inputs=2048,
     )
-    return RandomizedAlgorithmsPreset(recall=recall)
+    colouring = ColouringRunConfig(
+        n_vertices=8, steps=1400, warmup_steps=100, eval_seeds=30, **_COLOURING_ARM
+    )
+    return RandomizedAlgorithmsPreset(recall=recall, colouring=colouring, colouring_qs=[1.0, 10.0])
 
 
 def fast_with_colouring() -> RandomizedAlgorithmsPreset:
-    """Opt-in (outside the fast budget): fast + the C_10 trend at 20k steps, q in {1, 3, 10}.
+    """Opt-in (outside the fast budget): fast with C_10 at 20k steps, q in {1, 3, 10}, in place
+    of the C_8 arm (SYSTEMS.md S2: "C_10 at <= 20k steps (trend only) ... opt-in config").
 
     Measured 2026-12-01 on one thread: 28 ms of CPU per step plus about 1 minute for the
     evaluation on all 181,440 cycles x 10 seeds, so about 10 CPU minutes per q (31 for three).
@@ -192,16 +250,7 @@ def fast_with_colouring() -> RandomizedAlgorithmsPreset:
     ``dataclasses.replace(STUDY, presets={..., "fast": fast_with_colouring})``.
     """
     colouring = ColouringRunConfig(
-        n_vertices=10,
-        m_seeds=10,
-        batch_size=64,
-        steps=20_000,
-        lr=1e-3,
-        final_lr=1e-4,
-        warmup_steps=1000,
-        adam_eps=1e-3,
-        weight_decay=0.1,
-        eval_seeds=10,
+        n_vertices=10, steps=20_000, warmup_steps=1000, eval_seeds=10, **_COLOURING_ARM
     )
     return fast().model_copy(update={"colouring": colouring, "colouring_qs": [1.0, 3.0, 10.0]})
 
@@ -346,26 +395,95 @@ def _verdicts(means: dict[str, dict]) -> list[Verdict]:
     ]
 
 
+_COLOUR_KEYS = {
+    "single_seed": "eval.mean_success",
+    "majority": "eval.majority_success",
+    "sampled": "eval.sampled_success",
+    "p5": "eval.p5_success",
+    "min": "eval.min_success",
+}
+
+
+def _colouring_tables(runs: dict[str, Run]) -> tuple[list[dict], list[dict]]:
+    """Per (n, q): means over replicates of the colouring rates; per n: largest minus smallest q.
+
+    ``single_seed``: mean over cycles and seeds of "the argmax colouring is proper";
+    ``majority``: fraction of cycles coloured properly by more than half of the evaluation
+    seeds; ``never_solved``: fraction of cycles that no evaluation seed colours properly.
+    """
+    groups: dict[tuple[int, float], list[tuple[str, Run]]] = {}
+    for name, run in sorted(runs.items()):
+        if name.startswith("colour_"):
+            key = (int(run.config["n_vertices"]), float(run.config["q"]))
+            groups.setdefault(key, []).append((name, run))
+    per_q = []
+    for (n, q), group in sorted(groups.items()):
+        row: dict = {"n": n, "q": q, "runs": ", ".join(name for name, _ in group)}
+        row["status"] = ", ".join(sorted({str(run.status) for _, run in group}))
+        row["steps"] = int(group[0][1].config["steps"])
+        row["eval_seeds"] = int(group[0][1].config["eval_seeds"])
+        for col, key in _COLOUR_KEYS.items():
+            row[col] = _mean([_last(run, key) for _, run in group])
+        row["never_solved"] = _mean([_row(name, run)["never_solved"] for name, run in group])
+        row["cycles"] = _n_inputs(group[0][1])
+        per_q.append(row)
+    trend = []
+    for n in sorted({r["n"] for r in per_q}):
+        rows = sorted((r for r in per_q if r["n"] == n), key=lambda r: r["q"])
+        if len(rows) < 2:
+            continue
+        low, high = rows[0], rows[-1]
+        trend.append(
+            {"n": n, "q_low": low["q"], "q_high": high["q"]}
+            | {
+                f"delta_{col}": high[col] - low[col]
+                for col in ("single_seed", "majority", "min", "never_solved")
+            }
+        )
+    return per_q, trend
+
+
+def _n_inputs(run: Run) -> int:
+    try:
+        return int(run.tensors("eval.per_input_success")[1][-1].shape[0])
+    except KeyError:
+        return 0
+
+
 def analyze(runs: dict[str, Run], figures: Path) -> Analysis:
-    """Verdicts i-iii from the main recall runs; tables and figures for every part present."""
+    """Verdicts i-iii from the main recall runs; tables and figures for every part present.
+
+    The colouring arm is reported (tables ``cycle colouring ...`` and ``colouring_trend.png``),
+    not gated: SYSTEMS.md S2 states its result (majority vote nears 100% as q grows; clear
+    advantage for q > 3) without a threshold.
+    """
     means, rows = _main_table(runs)
     tables = {"recall: evaluation per run (held-out set, 30 seeds)": rows}
-    figs = _main_figures(runs, rows, figures)
+    figs = main_figures(runs, rows, figures, I_ERM_VARIANCE_MAX)
     sweep = [
         _row(n, r) | {"N": r.config["n_keys"]}
         for n, r in sorted(runs.items())
         if n.startswith("sweep_")
     ]
     msweep = [_row(n, r) for n, r in sorted(runs.items()) if n.startswith("msweep_")]
-    colour = [_row(n, r) for n, r in sorted(runs.items()) if n.startswith("colour_")]
     if sweep:
         tables["recall: N x q sweep (A^q_R)"] = sweep
     if msweep:
         tables["recall: m sweep (A^q_R)"] = msweep
-    if colour:
-        tables["cycle colouring C_n: success per q (all cycles)"] = colour
-    if sweep or msweep or colour:
-        figs.append(_sweep_figure(sweep, msweep, colour, figures))
+    if sweep or msweep:
+        figs.append(sweep_figure(sweep, msweep, figures))
+    per_q, trend = _colouring_tables(runs)
+    if per_q:
+        tables[
+            "cycle colouring C_n per q, all cycles (reported, not gated): proper-colouring rate "
+            "of one seed and of a majority (> half of the eval seeds)"
+        ] = per_q
+        if trend:
+            tables["cycle colouring trend: largest q minus smallest q (reported, not gated)"] = (
+                trend
+            )
+        colour_runs = {n: r for n, r in runs.items() if n.startswith("colour_")}
+        figs.append(colouring_figure(colour_runs, per_q, figures))
     grid = {n: r for n, r in runs.items() if n.startswith("grid_")}
     if grid:
         tables["grid world (PGPE, exact adversary)"] = [
@@ -377,100 +495,8 @@ def analyze(runs: dict[str, Run], figures: Path) -> Analysis:
             }
             for n, r in sorted(grid.items())
         ]
-        figs.append(_grid_figure(grid, figures))
+        figs.append(grid_figure(grid, figures))
     return Analysis(_verdicts(means), figs, tables)
-
-
-_COLOURS = {"erm_random": "C0", "lq_random": "C3", "lq_fixed": "C2", "erm_fixed": "C7"}
-_LABELS = {
-    "erm_random": "A^E_R (q=1, random r)",
-    "lq_random": "A^q_R (Lq, random r)",
-    "lq_fixed": "A^q_r0 (Lq, fixed r0)",
-    "erm_fixed": "A^E_r0 (q=1, fixed r0)",
-}
-
-
-def _main_figures(runs: dict[str, Run], rows: list[dict], figures: Path) -> list[Path]:
-    if not rows:
-        return []
-    first = {}
-    for row in rows:
-        first.setdefault(row["model"], row["run"])
-    fig, axes = new_figure(3, title="recall: per-input success over 30 seeds (held-out inputs)")
-    bins = np.linspace(0, 1, 21)
-    for ax, (model, name) in zip(axes, list(first.items())[:3], strict=False):
-        try:
-            s = runs[name].tensors("eval.per_input_success")[1][-1]
-        except KeyError:
-            continue
-        ax.hist(s, bins=bins, color=_COLOURS.get(model, "C1"))
-        ax.set(xlabel="per-input success", ylabel="inputs", title=_LABELS.get(model, model))
-    paths = [save_figure(fig, figures / "recall_success_histograms.png")]
-
-    fig, (ax1, ax2, ax3) = new_figure(3, title="recall: summary per model (mean over replicates)")
-    models = list(first)
-    metrics = ("mean_success", "p5_success", "majority_success", "sampled_success")
-    width = 0.8 / len(models)
-    for k, model in enumerate(models):
-        vals = [_mean([r[m] for r in rows if r["model"] == model]) for m in metrics]
-        ax1.bar(
-            np.arange(len(metrics)) + (k - (len(models) - 1) / 2) * width,
-            vals,
-            width,
-            color=_COLOURS.get(model, "C1"),
-            label=_LABELS.get(model, model),
-        )
-        v = _mean([r["predictive_variance"] for r in rows if r["model"] == model])
-        ax2.bar(k, max(v, 1e-12), color=_COLOURS.get(model, "C1"))
-        ax2.annotate(f"{v:.2g}", (k, max(v, 1e-12)), ha="center", va="bottom", fontsize=8)
-    ax1.set_xticks(np.arange(len(metrics)), ["mean", "p5", "majority", "sampled"])
-    ax1.set(ylabel="success", ylim=(0, 1.15), title="success statistics")
-    ax1.legend(loc="upper left", fontsize=7)
-    ax2.set_yscale("log")
-    ax2.axhline(I_ERM_VARIANCE_MAX, color="grey", ls=":", lw=1)
-    ax2.set_xticks(np.arange(len(models)), [m.replace("_", "\n") for m in models])
-    ax2.set(ylabel="V (log; bars floored at 1e-12)", title="predictive variance (dotted: 1e-3)")
-    for model, name in first.items():
-        curve = runs[name].scalar("train.success")
-        ax3.plot(curve.index, curve.values, color=_COLOURS.get(model, "C1"), label=model)
-    ax3.set(xlabel="step", ylabel="train success (batch)", title="training")
-    paths.append(save_figure(fig, figures / "recall_summary.png"))
-    return paths
-
-
-def _sweep_figure(sweep: list[dict], msweep: list[dict], colour: list[dict], figures: Path) -> Path:
-    fig, (ax1, ax2, ax3) = new_figure(3, title="sweeps (paper preset)")
-    for n in sorted({r["N"] for r in sweep}):
-        part = sorted((r for r in sweep if r["N"] == n), key=lambda r: r["q"])
-        ax1.plot(
-            [r["q"] for r in part], [r["predictive_variance"] for r in part], "o-", label=f"N={n}"
-        )
-    ax1.set(xscale="log", yscale="symlog", xlabel="q", ylabel="V", title="predictive variance vs q")
-    ax1.legend(fontsize=6, ncol=2)
-    ms = sorted(msweep, key=lambda r: r["m"])
-    ax2.plot([r["m"] for r in ms], [r["p5_success"] for r in ms], "o", label="p5")
-    ax2.plot([r["m"] for r in ms], [r["majority_success"] for r in ms], "s", label="majority")
-    ax2.set(xscale="log", xlabel="training seeds m", ylabel="success", title="m sweep (q large)")
-    ax2.legend()
-    cs = sorted(colour, key=lambda r: r["q"])
-    ax3.plot([r["q"] for r in cs], [r["mean_success"] for r in cs], "o", label="single seed")
-    ax3.plot(
-        [r["q"] for r in cs], [r["majority_success"] for r in cs], "s", label="> half of seeds"
-    )
-    ax3.set(xlabel="q", ylabel="proper colourings", title="C_n colouring vs q")
-    ax3.legend()
-    return save_figure(fig, figures / "sweeps.png")
-
-
-def _grid_figure(grid: dict[str, Run], figures: Path) -> Path:
-    fig, (ax,) = new_figure(1, title="grid world: PGPE against the exact adversary")
-    for name, run in sorted(grid.items()):
-        for key, ls in (("eval.worst_return", "-"), ("eval.mean_return", ":")):
-            s = run.scalar(key)
-            ax.plot(s.index, s.values, ls, label=f"{name} {key.removeprefix('eval.')}")
-    ax.set(xlabel="generation", ylabel="return")
-    ax.legend(fontsize=7)
-    return save_figure(fig, figures / "grid_world.png")
 
 
 STUDY = Study(
