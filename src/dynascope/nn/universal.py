@@ -272,8 +272,24 @@ class UniversalTransformer(nn.Module):
                 f"tokens must be a long tensor [batch, pos <= {self.n_ctx}] "
                 f"(got {tokens.dtype}, {tuple(tokens.shape)})"
             )
+        return self.act_state(self.W_E[tokens])
+
+    def act_state(self, state: Tensor) -> ACTResult:
+        """Run ACT from an embedded state ``[batch, pos, d_model]`` (pos <= n_ctx).
+
+        For inputs that are not token ids (e.g. image patches embedded by the caller); the
+        position and step timing signals are added as in :meth:`act`.
+
+        Raises:
+            ValueError: if ``state`` is not ``[batch, pos <= n_ctx, d_model]``.
+        """
+        if state.ndim != 3 or state.shape[1] > self.n_ctx or state.shape[2] != self.d_model:
+            raise ValueError(
+                f"state must have shape [batch, pos <= {self.n_ctx}, d_model={self.d_model}] "
+                f"(got {tuple(state.shape)})"
+            )
         return adaptive_computation_time(
-            self.W_E[tokens],
+            state,
             self._transform,
             self._halting,
             max_steps=self.act_max_steps,
@@ -373,10 +389,10 @@ class HyperUT(UniversalTransformer):
         self._entropies.append(-(mix * mix.clamp_min(1e-30).log()).sum(-1).detach())
         return self.block(state, mix)
 
-    def act(self, tokens: Tensor) -> ACTResult:
-        """As :meth:`UniversalTransformer.act`; also sets ``last_mix_entropy``."""
+    def act_state(self, state: Tensor) -> ACTResult:
+        """As :meth:`UniversalTransformer.act_state`; also sets ``last_mix_entropy``."""
         self._entropies = []
-        result = super().act(tokens)
+        result = super().act_state(state)
         self.last_mix_entropy = torch.stack(self._entropies)
         self._entropies = []
         return result

@@ -32,8 +32,17 @@ they are):
 - u3: acc(Hyper-UT, h_max) − acc(UT-ACT, h_max) ≥ 0 at the largest, untrained h (the headline).
 
 Sizing: S8's target was batch 128 × ~3k steps; the fast preset uses batch 64 and a step count
-fixed from the measured CPU step time (see ``fast``), not from outcomes. Not built: the paper
-preset's vector-PVR sweep over m and aggregations and the visual (digit-image) PVR.
+fixed from the measured CPU step time (see ``fast``), not from outcomes.
+
+Paper preset (GPU) extras, reported as tables and figures, not gated (S8's pass criteria are
+u1-u3; its "matches ViT with over 70% fewer layers" is the paper's finding, shown beside the
+measured layer saving): the vector-PVR sweep (m ∈ {1..4} × the five aggregations × the three
+models, holdout 3; accuracy on the standard and the adversarial test set), the compute
+comparison on sklearn digits (a 6-layer ViT vs UT-ACT and Hyper-UT with T = 12 on 2×2 patch
+tokens: accuracy and mean layers per example), and the visual PVR on a 3 × 3 grid of
+``load_digits`` tiles (:class:`dynascope.tasks.digits_pvr.DigitsPVR`, m ∈ {0, 1, 2}, the same
+three models: accuracy and mean layers). Runners live in :mod:`._hyper_ut_paper`, tables and
+figures in :mod:`._hyper_ut_tables`; the analysis skips them when absent.
 """
 
 from __future__ import annotations
@@ -47,10 +56,30 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from scipy.stats import spearmanr
 
-from dynascope.nn import Transformer
-from dynascope.nn.universal import HyperUT, UniversalTransformer
+from dynascope.nn.universal import HyperUT
 from dynascope.report import new_figure, save_figure
 from dynascope.store import Run, RunStore
+from dynascope.studies._hyper_ut_paper import (
+    DigitsComparison,
+    DigitsRunConfig,
+    VectorPVRRunConfig,
+    VectorSweep,
+    VisualPVRSweep,
+    build_token_model,
+    effective_holdout,
+    fit,
+    forward_tokens,
+    run_digits,
+    run_vector_pvr,
+)
+from dynascope.studies._hyper_ut_tables import (
+    digits_figure,
+    digits_rows,
+    vector_figure,
+    vector_rows,
+    visual_figure,
+    visual_rows,
+)
 from dynascope.studies.base import Analysis, RunSpec, Study, Verdict, one_intra_op_thread
 from dynascope.tasks.pvr import HopPVR
 
@@ -100,49 +129,16 @@ class PVRRunConfig(BaseModel):
 
 
 class HyperUTPresets(BaseModel):
-    """A preset: one config per model (differing only in ``model``) and the seeds."""
+    """A preset: one hop-PVR config per model (differing only in ``model``), the seeds, and
+    optionally the vector-PVR sweep and the digits compute comparison (``paper``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     base: PVRRunConfig
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
-
-
-def _build(cfg: PVRRunConfig, task: HopPVR) -> torch.nn.Module:
-    if cfg.model == "fixed":
-        return Transformer(
-            n_layers=cfg.n_layers,
-            d_model=cfg.d_model,
-            n_heads=cfg.n_heads,
-            d_mlp=cfg.d_mlp,
-            d_vocab=task.d_vocab,
-            d_out=task.d_out,
-            n_ctx=task.n_ctx,
-            is_causal=False,
-        )
-    common = dict(
-        d_vocab=task.d_vocab,
-        d_out=task.d_out,
-        n_ctx=task.n_ctx,
-        d_model=cfg.d_model,
-        n_heads=cfg.n_heads,
-        d_mlp=cfg.d_mlp,
-        act_max_steps=cfg.act_max_steps,
-        halting=cfg.halting,
-        act_epsilon=cfg.act_epsilon,
-        act_loss_weight=cfg.act_loss_weight,
-    )
-    if cfg.model == "hyper_ut":
-        return HyperUT(n_banks=cfg.n_banks, **common)
-    return UniversalTransformer(**common)
-
-
-def _forward(model: torch.nn.Module, x: torch.Tensor):
-    """Logits ``[batch, 10]`` and the ACT result (None for the fixed transformer)."""
-    if isinstance(model, UniversalTransformer):
-        result = model.act(x)
-        return model.readout(result), result
-    return model(x)[:, 0], None
+    vector: VectorSweep | None = None
+    digits: DigitsComparison | None = None
+    visual: VisualPVRSweep | None = None
 
 
 def run_pvr(config: PVRRunConfig, run_dir: Path, progress: bool = False, device: str = "cpu"):
@@ -163,28 +159,10 @@ def run_pvr(config: PVRRunConfig, run_dir: Path, progress: bool = False, device:
         store.write_config(config.model_dump(mode="json"))
         store.set_status(0, "running")
         data = task.batch("train", config.n_train, torch.Generator().manual_seed(config.data_seed))
-        x_all, y_all = data["x"].to(dev), data["y"].to(dev)
         torch.manual_seed(config.seed)
-        model = _build(config, task).to(dev)
-        opt = torch.optim.Adam(model.parameters(), lr=config.lr)
-        gen = torch.Generator().manual_seed(config.seed + 1)
-        for step in range(1, config.steps + 1):
-            idx = torch.randint(config.n_train, (config.batch_size,), generator=gen).to(dev)
-            logits, act = _forward(model, x_all[idx])
-            loss = torch.nn.functional.cross_entropy(logits, y_all[idx])
-            total = loss if act is None else loss + config.act_loss_weight * act.ponder_cost()
-            opt.zero_grad(set_to_none=True)
-            total.backward()
-            opt.step()
-            if step % config.log_every == 0 or step == config.steps:
-                values = {"train.loss": loss.detach()}
-                if act is not None:
-                    values["train.ponder"] = act.ponder_cost().detach()
-                store.log(step, values)
-                if not math.isfinite(float(loss.detach())):
-                    store.event(step, "diverged", f"train.loss={float(loss.detach())}")
-                    store.set_status(step, "diverged")
-                    return
+        model = build_token_model(config, task.d_vocab, task.d_out, task.n_ctx).to(dev)
+        if not fit(model, forward_tokens, data["x"].to(dev), data["y"].to(dev), config, store):
+            return
         model.eval()
         values = {}
         with torch.no_grad():
@@ -193,7 +171,7 @@ def run_pvr(config: PVRRunConfig, run_dir: Path, progress: bool = False, device:
                     h, config.eval_size, torch.Generator().manual_seed(10_000 + h)
                 )
                 x, y = batch["x"].to(dev), batch["y"].to(dev)
-                logits, act = _forward(model, x)
+                logits, act = forward_tokens(model, x)
                 values[f"eval.h{h}.accuracy"] = (logits.argmax(-1) == y).float().mean()
                 values[f"eval.h{h}.majority"] = torch.bincount(y).max() / len(y)
                 if act is not None:
@@ -240,7 +218,15 @@ def fast() -> HyperUTPresets:
 
 def paper() -> HyperUTPresets:
     """S8's proposal: d_model 256, 8 heads, d_mlp 1024, 6 layers (T = 12), 1M examples, 50k
-    steps, batch 128, 3 seeds (GPU)."""
+    steps, batch 128, 3 seeds (GPU); plus (sizes our proposal, S8 gives none):
+
+    - vector PVR, m ∈ {1, 2, 3, 4} × all five aggregations × the three models, holdout 3
+      (effective ``min(3, (m + 1)! − 1)``), the hop-PVR model sizes, 1M examples, 20k steps;
+    - digits from 2×2 patches (16 tokens): ViT with 6 layers vs UT-ACT and Hyper-UT with
+      T = 12 (S8's 2 · num_layers), d_model 128, 4 heads, d_mlp 256, batch 128, 5k steps;
+    - visual PVR on a 3 × 3 grid of digit tiles (24 × 24 pixels, 4×4 patches: 36 tokens),
+      m ∈ {0, 1, 2}, sum mod 10, the digits models and sizes, 100k training examples, 10k steps.
+    """
     base = PVRRunConfig(
         model="ut_act",
         d_model=256,
@@ -254,16 +240,84 @@ def paper() -> HyperUTPresets:
         eval_size=10_000,
         log_every=100,
     )
-    return HyperUTPresets(base=base, seeds=[0, 1, 2])
+    sizes = dict(d_model=256, n_heads=8, d_mlp=1024, n_layers=6, act_max_steps=12)
+    vector = VectorSweep(
+        base=VectorPVRRunConfig(
+            model="ut_act",
+            holdout=3,
+            n_train=1_000_000,
+            batch_size=128,
+            steps=20_000,
+            eval_size=10_000,
+            log_every=100,
+            **sizes,
+        )
+    )
+    digits = DigitsComparison(
+        base=DigitsRunConfig(
+            model="vit",
+            patch_size=2,
+            d_model=128,
+            n_heads=4,
+            d_mlp=256,
+            n_layers=6,
+            act_max_steps=12,
+            batch_size=128,
+            steps=5000,
+            log_every=50,
+        )
+    )
+    visual = VisualPVRSweep(
+        base=digits.base.model_copy(
+            update=dict(
+                task="visual_pvr",
+                grid=3,
+                patch_size=4,
+                n_examples=100_000,
+                eval_size=10_000,
+                steps=10_000,
+            )
+        )
+    )
+    return HyperUTPresets(base=base, seeds=[0, 1, 2], vector=vector, digits=digits, visual=visual)
 
 
 def build_runs(preset: HyperUTPresets, seed: int = 0) -> list[RunSpec]:
-    """One run per model and seed: ``{model}_s{k}``."""
+    """Hop-PVR: one run per model and seed, ``{model}_s{k}``; with ``preset.vector``
+    ``vec_{model}_m{m}_{agg}_s{k}``; with ``preset.digits`` ``digits_{model}_s{k}``; with
+    ``preset.visual`` ``vpvr_{model}_m{m}_s{k}``."""
     specs = []
     for k, s in enumerate(preset.seeds):
         for model in MODELS:
             cfg = preset.base.model_copy(update={"model": model, "seed": s + seed})
             specs.append(RunSpec(f"{model}_s{k}", cfg, run_pvr))
+    if preset.vector is not None:
+        sweep, base = preset.vector, preset.vector.base.model_dump()
+        for k, s in enumerate(preset.seeds):
+            for model in sweep.models:
+                for m in sweep.complexities:
+                    for agg in sweep.aggregations:
+                        cfg = VectorPVRRunConfig.model_validate(
+                            base
+                            | {"model": model, "complexity": m, "agg": agg, "seed": s + seed}
+                            | {"holdout": effective_holdout(base["holdout"], m)}
+                        )
+                        specs.append(RunSpec(f"vec_{model}_m{m}_{agg}_s{k}", cfg, run_vector_pvr))
+    if preset.digits is not None:
+        base = preset.digits.base.model_dump()
+        for k, s in enumerate(preset.seeds):
+            for model in preset.digits.models:
+                cfg = DigitsRunConfig.model_validate(base | {"model": model, "seed": s + seed})
+                specs.append(RunSpec(f"digits_{model}_s{k}", cfg, run_digits))
+    if preset.visual is not None:
+        base = preset.visual.base.model_dump()
+        for k, s in enumerate(preset.seeds):
+            for model in preset.visual.models:
+                for m in preset.visual.complexities:
+                    cfg = DigitsRunConfig.model_validate(
+                        base | {"model": model, "complexity": m, "seed": s + seed}
+                    )
+                    specs.append(RunSpec(f"vpvr_{model}_m{m}_s{k}", cfg, run_digits))
     return specs
 
 
@@ -276,7 +330,16 @@ def _value(run: Run, key: str) -> float:
 
 
 def analyze(runs: dict[str, Run], figures: Path) -> Analysis:
-    """Verdicts u1-u3 from the per-h evaluations (seed means); figures and tables."""
+    """Verdicts u1-u3 from the per-h evaluations (seed means); figures and tables.
+
+    The paper preset's vector-PVR, digits and visual-PVR runs (``vec_*``, ``digits_*``,
+    ``vpvr_*``), when present, add reported tables and figures (no verdicts; see
+    :mod:`._hyper_ut_paper`).
+    """
+    vector = {n: r for n, r in runs.items() if n.startswith("vec_")}
+    digits = {n: r for n, r in runs.items() if n.startswith("digits_")}
+    visual = {n: r for n, r in runs.items() if n.startswith("vpvr_")}
+    runs = {n: r for n, r in runs.items() if not n.startswith(("vec_", "digits_", "vpvr_"))}
     by_model: dict[str, list[Run]] = {m: [] for m in MODELS}
     for name, run in sorted(runs.items()):
         by_model[name.rsplit("_s", 1)[0]].append(run)
@@ -338,7 +401,17 @@ def analyze(runs: dict[str, Run], figures: Path) -> Analysis:
             f"{last['ut_act.accuracy']:.3f} (majority baseline {last['majority']:.3f})",
         ),
     ]
-    return Analysis(verdicts, _figures(by_model, rows, figures), {"per hop count": rows})
+    paths, tables = _figures(by_model, rows, figures), {"per hop count": rows}
+    if vector:
+        tables["vector PVR per m and aggregation (seed means)"] = vector_table = vector_rows(vector)
+        paths.append(vector_figure(vector_table, figures))
+    if digits:
+        tables["digits: ViT vs adaptive depth (seed means)"] = digits_table = digits_rows(digits)
+        paths.append(digits_figure(digits_table, figures))
+    if visual:
+        tables["visual PVR on digit tiles (seed means)"] = visual_table = visual_rows(visual)
+        paths.append(visual_figure(visual_table, figures))
+    return Analysis(verdicts, paths, tables)
 
 
 def _figures(by_model: dict[str, list[Run]], rows: list[dict], figures: Path) -> list[Path]:

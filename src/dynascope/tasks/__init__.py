@@ -6,6 +6,7 @@ from .char_lm import CharLM as CharLM
 from .cycle_colouring import CycleColouring as CycleColouring
 from .diagonal_teacher import DiagonalAttentionTeacher as DiagonalAttentionTeacher
 from .digits import Digits as Digits
+from .digits_pvr import DigitsPVR as DigitsPVR
 from .fuzzy_logic import FuzzyLogic as FuzzyLogic
 from .grid_world import GridWorld as GridWorld
 from .hyper_teacher import HyperTeacher as HyperTeacher
@@ -26,6 +27,7 @@ __all__ = [
     "CycleColouring",
     "DiagonalAttentionTeacher",
     "Digits",
+    "DigitsPVR",
     "FuzzyLogic",
     "HyperTeacher",
     "GridWorld",
