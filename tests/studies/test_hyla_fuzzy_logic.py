@@ -10,7 +10,8 @@ import pytest
 from dynascope import studies
 from dynascope.store import load_run
 from dynascope.studies._hyla_sraven import SRavenRunConfig, analyze_sraven, run_sraven
-from dynascope.studies.hyla_fuzzy_logic import STUDY, FuzzyRunConfig, _lr_factor, build_runs
+from dynascope.studies._sequence_training import warmup_cosine
+from dynascope.studies.hyla_fuzzy_logic import STUDY, FuzzyRunConfig, build_runs
 
 
 def test_presets_and_runs():
@@ -45,10 +46,14 @@ def test_presets_and_runs():
 
 
 def test_warmup_cosine_schedule():
-    assert _lr_factor(0, 10, 100, 0.1) == 0.0
-    assert math.isclose(_lr_factor(10, 10, 100, 0.1), 1.0)
-    assert math.isclose(_lr_factor(100, 10, 100, 0.1), 0.1)
-    assert math.isclose(_lr_factor(55, 10, 100, 0.1), 0.55)
+    assert warmup_cosine(0, 10, 100, 0.1) == 0.0
+    assert math.isclose(warmup_cosine(10, 10, 100, 0.1), 1.0)
+    assert math.isclose(warmup_cosine(100, 10, 100, 0.1), 0.1)
+    assert math.isclose(warmup_cosine(55, 10, 100, 0.1), 0.55)
+    # S3's schedule: no floor (cosine to 0), no warm-up; flat after the last step
+    assert math.isclose(warmup_cosine(0, 0, 100), 1.0)
+    assert math.isclose(warmup_cosine(50, 0, 100), 0.5)
+    assert warmup_cosine(150, 0, 100) == 0.0
 
 
 def test_smoke_end_to_end(tmp_path):

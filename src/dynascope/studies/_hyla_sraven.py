@@ -16,18 +16,23 @@ References:
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field
 
 from dynascope.nn.hypernet_transformer import SequenceTransformer
-from dynascope.store import Run, RunStore
-from dynascope.studies.base import Verdict, one_intra_op_thread
+from dynascope.store import Run
+from dynascope.studies._run_values import last_or_nan
+from dynascope.studies._sequence_training import (
+    MixerTransformerConfig,
+    mixer_transformer,
+    open_run,
+    train_steps,
+)
+from dynascope.studies.base import Verdict
 from dynascope.tasks.sraven import SymbolicRaven
 
 __all__ = ["SRavenRunConfig", "analyze_sraven", "run_sraven"]
@@ -35,21 +40,9 @@ __all__ = ["SRavenRunConfig", "analyze_sraven", "run_sraven"]
 SRAVEN_EVAL_SPLITS = ("train", "ood")
 
 
-class SRavenRunConfig(BaseModel):
-    """One sRAVEN training run."""
+class SRavenRunConfig(MixerTransformerConfig):
+    """One sRAVEN training run (paper sizes: Table A1, reference ``configs/raven.py``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    mixer: Literal[
-        "softmax",
-        "linear",
-        "linear_rms_head",
-        "hyla",
-        "hyla_no_rms_head",
-        "hyla_mlp_linear",
-        "softmax_hyla",
-    ] = "hyla"
-    seed: int = Field(0, ge=0)
     n_features: int = Field(4, ge=1, description="K")
     n_values: int = Field(8, ge=3, description="F")
     frac_ood: float = Field(0.25, ge=0, lt=1)
@@ -59,32 +52,11 @@ class SRavenRunConfig(BaseModel):
     n_heads: int = Field(16, ge=1)
     qk_width: int = Field(64, ge=1, description="total q/k/v width n_heads * d_head")
     d_mlp: int = Field(256, ge=1)
-    batch_size: int = Field(128, ge=1)
     steps: int = Field(156_250, ge=1, description="20M instances / batch 128")
-    lr: float = Field(1e-3, gt=0)
-    weight_decay: float = Field(0.1, ge=0)
     warmup_steps: int = Field(1000, ge=0)
-    final_lr_frac: float = Field(0.1, ge=0, le=1)
     log_every: int = Field(100, ge=1)
     eval_every: int = Field(5000, ge=1)
     eval_sequences: int = Field(8192, ge=1)
-    device: str = "cpu"
-
-    @model_validator(mode="after")
-    def _heads_divide_width(self):
-        if self.qk_width % self.n_heads:
-            raise ValueError(
-                "n_heads must divide qk_width "
-                f"(got qk_width={self.qk_width}, n_heads={self.n_heads})"
-            )
-        return self
-
-
-def _lr_factor(step: int, warmup: int, total: int, final: float) -> float:
-    if warmup and step < warmup:
-        return step / warmup
-    t = (step - warmup) / max(1, total - warmup)
-    return final + (1 - final) * 0.5 * (1 + math.cos(math.pi * min(1.0, t)))
 
 
 def run_sraven(
@@ -97,53 +69,27 @@ def run_sraven(
         config.n_features, config.n_values, frac_ood=config.frac_ood, split_seed=config.split_seed
     )
     k = config.n_features
-    with one_intra_op_thread(), RunStore(run_dir) as store:
-        store.truncate_after(-1)
-        store.write_config(config.model_dump(mode="json"))
-        store.set_status(0, "running")
-        torch.manual_seed(config.seed)
-        model = SequenceTransformer(
-            config.n_values,
-            config.n_values,
-            d_model=config.d_model,
-            n_layers=config.n_layers,
-            n_heads=config.n_heads,
-            d_head=max(1, config.qk_width // config.n_heads),
-            d_mlp=config.d_mlp,
-            attention=config.mixer,
-            relative_position_buckets=task.seq_len,
-        ).to(dev)
-        decay = [p for p in model.parameters() if p.ndim >= 2]
-        no_decay = [p for p in model.parameters() if p.ndim < 2]
-        opt = torch.optim.AdamW(
-            [
-                {"params": decay, "weight_decay": config.weight_decay},
-                {"params": no_decay, "weight_decay": 0.0},
-            ],
-            lr=config.lr,
-        )
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda s: _lr_factor(s, config.warmup_steps, config.steps, config.final_lr_frac)
-        )
+    with open_run(config, run_dir) as store:
+        model = mixer_transformer(config, config.n_values, config.n_values, task.seq_len).to(dev)
         eval_gen = torch.Generator(device=dev).manual_seed(30_000 + config.seed)
         evals = {s: task.sample(s, config.eval_sequences, eval_gen) for s in SRAVEN_EVAL_SPLITS}
         gen = torch.Generator(device=dev).manual_seed(config.seed)
-        for step in range(1, config.steps + 1):
+
+        def loss_fn() -> torch.Tensor:
             batch = task.sample("train", config.batch_size, gen)
             logits = model(batch["x"])[:, -k:]  # [batch, K, F]
-            loss = F.cross_entropy(logits.reshape(-1, config.n_values), batch["y"].reshape(-1))
-            if not torch.isfinite(loss):
-                store.set_status(step, "diverged")
-                return
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            if step % config.log_every == 0:
-                store.log(step, {"train.loss": loss.detach()})
-            if step % config.eval_every == 0 or step == config.steps:
-                store.log(step, _evaluate(model, evals, k))
-        store.set_status(config.steps, "finished")
+            return F.cross_entropy(logits.reshape(-1, config.n_values), batch["y"].reshape(-1))
+
+        finished = train_steps(
+            store,
+            model,
+            config,
+            loss_fn,
+            lambda: _evaluate(model, evals, k),
+            final_lr_frac=config.final_lr_frac,
+        )
+        if finished:
+            store.set_status(config.steps, "finished")
 
 
 @torch.no_grad()
@@ -164,10 +110,7 @@ def analyze_sraven(runs: dict[str, Run]) -> tuple[Verdict | None, list[dict]]:
     for name, run in sorted(runs.items()):
         row = {"run": name, "mixer": run.config["mixer"], "status": run.status}
         for key in ("train.acc", "ood.acc", "ood.acc_per_feature"):
-            try:
-                row[key] = run.last(key)
-            except KeyError:
-                row[key] = float("nan")
+            row[key] = last_or_nan(run, key)
         rows.append(row)
     if not rows:
         return None, rows

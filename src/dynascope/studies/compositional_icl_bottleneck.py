@@ -50,8 +50,10 @@ from dynascope.nn.capture import capture
 from dynascope.nn.hypernet_transformer import HypernetTransformer, SequenceTransformer
 from dynascope.probes.latent_code import ridge_r2
 from dynascope.report import new_figure, save_figure
-from dynascope.store import Run, RunStore
-from dynascope.studies.base import Analysis, RunSpec, Study, Verdict, one_intra_op_thread
+from dynascope.store import Run
+from dynascope.studies._run_values import last_or_nan
+from dynascope.studies._sequence_training import SequenceTrainingConfig, open_run, train_steps
+from dynascope.studies.base import Analysis, RunSpec, Study, Verdict
 from dynascope.tasks.hyper_teacher import HyperTeacher
 
 __all__ = ["CompositionalRunConfig", "CompositionalPreset", "STUDY", "run_compositional"]
@@ -74,15 +76,12 @@ C2_HYPER_GAP = 0.2
 C2_VANILLA_TOL = 0.1
 
 
-class CompositionalRunConfig(BaseModel):
-    """One run: a model trained on one support."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class CompositionalRunConfig(SequenceTrainingConfig):
+    """One run: a model trained on one support (cosine to 0, grad-clip ``grad_clip``)."""
 
     model: Literal["vanilla", "hyper"] = "hyper"
     support: Literal["connected", "disconnected", "connected+"] = "connected+"
     train_split: Literal["train", "unstructured"] = "train"
-    seed: int = Field(0, ge=0)
     teacher_seed: int = Field(0, ge=0)
     n_context: int = Field(32, ge=1, description="N context pairs")
     d_model: int = Field(64, ge=1)
@@ -93,16 +92,9 @@ class CompositionalRunConfig(BaseModel):
     relative_position_buckets: int | None = Field(
         None, ge=2, description="T5 buckets = max distance; None means n_context + 1"
     )
-    batch_size: int = Field(128, ge=1)
-    steps: int = Field(1000, ge=1)
-    lr: float = Field(1e-3, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
-    warmup_steps: int = Field(100, ge=0)
+    weight_decay: float = Field(0.0, ge=0, description="AdamW decay of >= 2-D parameters")
     grad_clip: float = Field(1.0, gt=0)
-    log_every: int = Field(25, ge=1)
-    eval_every: int = Field(250, ge=1)
     eval_sequences: int = Field(4000, ge=8)
-    device: str = "cpu"
 
     @model_validator(mode="after")
     def _heads_divide_width(self):
@@ -123,13 +115,6 @@ class CompositionalPreset(BaseModel):
     supports: list[Literal["connected", "disconnected", "connected+"]]
     seeds: list[int]
     unstructured_control: bool = False
-
-
-def _lr_factor(step: int, warmup: int, total: int) -> float:
-    if warmup and step < warmup:
-        return step / warmup
-    t = (step - warmup) / max(1, total - warmup)
-    return 0.5 * (1 + math.cos(math.pi * min(1.0, t)))
 
 
 def _build_model(config: CompositionalRunConfig) -> torch.nn.Module:
@@ -175,45 +160,29 @@ def run_compositional(
     teacher = HyperTeacher(
         n_context=config.n_context, support=config.support, teacher_seed=config.teacher_seed
     )
-    with one_intra_op_thread(), RunStore(run_dir) as store:
-        store.truncate_after(-1)
-        store.write_config(config.model_dump(mode="json"))
-        store.set_status(0, "running")
-        torch.manual_seed(config.seed)
+    with open_run(config, run_dir) as store:
         model = _build_model(config).to(dev)
-        decay = [p for p in model.parameters() if p.ndim >= 2]
-        no_decay = [p for p in model.parameters() if p.ndim < 2]
-        opt = torch.optim.AdamW(
-            [
-                {"params": decay, "weight_decay": config.weight_decay},
-                {"params": no_decay, "weight_decay": 0.0},
-            ],
-            lr=config.lr,
-        )
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda s: _lr_factor(s, config.warmup_steps, config.steps)
-        )
         eval_gen = torch.Generator(device=dev).manual_seed(20_000 + config.seed)
         id_split = config.train_split
         evals = {"id": teacher.sample(id_split, config.eval_sequences, eval_gen)}
         if config.train_split == "train":
             evals["ood"] = teacher.sample("ood", config.eval_sequences, eval_gen)
         gen = torch.Generator(device=dev).manual_seed(config.seed)
-        for step in range(1, config.steps + 1):
+
+        def loss_fn() -> torch.Tensor:
             batch = teacher.sample(config.train_split, config.batch_size, gen)
-            loss = (_predict(model, config.model, batch) - batch["y_query"]).square().mean()
-            if not torch.isfinite(loss):
-                store.set_status(step, "diverged")
-                return
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-            opt.step()
-            sched.step()
-            if step % config.log_every == 0:
-                store.log(step, {"train.loss": loss.detach()})
-            if step % config.eval_every == 0 or step == config.steps:
-                store.log(step, _evaluate(model, config.model, evals))
+            return (_predict(model, config.model, batch) - batch["y_query"]).square().mean()
+
+        finished = train_steps(
+            store,
+            model,
+            config,
+            loss_fn,
+            lambda: _evaluate(model, config.model, evals),
+            grad_clip=config.grad_clip,
+        )
+        if not finished:
+            return
         if "ood" in evals:
             store.log(config.steps, _probe(model, config, evals))
         store.set_status(config.steps, "finished")
@@ -339,16 +308,9 @@ def build_runs(preset: CompositionalPreset, seed: int = 0) -> list[RunSpec]:
 
 
 # -- analysis ---------------------------------------------------------------------------------
-def _last(run: Run, key: str) -> float:
-    try:
-        return run.last(key)
-    except KeyError:
-        return float("nan")
-
-
 def _row(name: str, run: Run) -> dict:
     cfg = run.config
-    probes = [_last(run, f"probe.ood.L{i}.r2") for i in range(int(cfg["n_layers"]))]
+    probes = [last_or_nan(run, f"probe.ood.L{i}.r2") for i in range(int(cfg["n_layers"]))]
     finite = [p for p in probes if math.isfinite(p)]
     return {
         "run": name,
@@ -357,8 +319,8 @@ def _row(name: str, run: Run) -> dict:
         "train_split": cfg["train_split"],
         "seed": cfg["seed"],
         "status": run.status,
-        "id.r2": _last(run, "id.r2"),
-        "ood.r2": _last(run, "ood.r2"),
+        "id.r2": last_or_nan(run, "id.r2"),
+        "ood.r2": last_or_nan(run, "ood.r2"),
         "probe.ood.r2_last_layer": probes[-1] if probes else float("nan"),
         "probe.ood.r2_best_layer": max(finite) if finite else float("nan"),
     }

@@ -42,19 +42,26 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
+from dynascope.nn.attention import AttentionKind
 from dynascope.nn.capture import capture_patterns
 from dynascope.nn.hypernet_transformer import SequenceTransformer
 from dynascope.probes.latent_code import attention_latent_code, logistic_f1, ridge_r2
 from dynascope.report import new_figure, save_figure
-from dynascope.store import Run, RunStore
+from dynascope.store import Run
 from dynascope.studies._hyla_sraven import SRavenRunConfig, analyze_sraven, run_sraven
-from dynascope.studies.base import Analysis, RunSpec, Study, Verdict, one_intra_op_thread
+from dynascope.studies._run_values import last_or_nan
+from dynascope.studies._sequence_training import (
+    MixerTransformerConfig,
+    mixer_transformer,
+    open_run,
+    train_steps,
+)
+from dynascope.studies.base import Analysis, RunSpec, Study, Verdict
 from dynascope.tasks.fuzzy_logic import FuzzyLogic, fuzzy_logic_r2
 
 __all__ = ["FuzzyRunConfig", "HylaFuzzyLogicPreset", "STUDY", "run_fuzzy_logic"]
@@ -73,59 +80,23 @@ GAP_THRESHOLD = 0.05  # SYSTEMS.md S4 proposal, frozen before the first fast run
 # undertrained in the verdict detail.
 UNDERTRAINED_ID_R2 = 0.5
 
-Mixer = Literal[
-    "softmax",
-    "linear",
-    "linear_rms_head",
-    "hyla",
-    "hyla_no_rms_head",
-    "hyla_mlp_linear",
-    "softmax_hyla",
-]
 EVAL_SPLITS = ("train", "test", "ood")
 
 
-class FuzzyRunConfig(BaseModel):
+class FuzzyRunConfig(MixerTransformerConfig):
     """One training run: a mixer on fuzzy-logic regression."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    mixer: Mixer = "hyla"
-    seed: int = Field(0, ge=0)
     n_variables: int = Field(4, ge=1, description="L")
     n_terms: int = Field(2, ge=1, description="K")
     seq_len: int = Field(32, ge=2)
     frac_ood_conj: float = Field(0.25, ge=0, lt=1)
     frac_test: float = Field(0.7, gt=0, lt=1)
     split_seed: int = Field(0, ge=0, description="seed of the fixed test/train permutation")
-    d_model: int = Field(64, ge=1)
-    n_layers: int = Field(2, ge=1)
-    n_heads: int = Field(8, ge=1)
-    qk_width: int = Field(16, ge=1, description="total q/k/v width n_heads * d_head")
-    d_mlp: int = Field(128, ge=1)
     relative_position_buckets: int = Field(
         128, ge=2, description="T5 buckets = max distance (reference configs/logic.py: 128)"
     )
-    batch_size: int = Field(128, ge=1)
-    steps: int = Field(1000, ge=1)
-    lr: float = Field(1e-3, gt=0)
-    weight_decay: float = Field(0.1, ge=0)
-    warmup_steps: int = Field(100, ge=0)
-    final_lr_frac: float = Field(0.1, ge=0, le=1, description="cosine ends at this × lr")
-    log_every: int = Field(25, ge=1)
-    eval_every: int = Field(250, ge=1)
     eval_sequences: int = Field(2048, ge=2)
     probe_sequences: int = Field(1024, ge=4)
-    device: str = "cpu"
-
-    @model_validator(mode="after")
-    def _heads_divide_width(self):
-        if self.qk_width % self.n_heads:
-            raise ValueError(
-                "n_heads must divide qk_width "
-                f"(got qk_width={self.qk_width}, n_heads={self.n_heads})"
-            )
-        return self
 
 
 class HylaFuzzyLogicPreset(BaseModel):
@@ -134,17 +105,10 @@ class HylaFuzzyLogicPreset(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     base: FuzzyRunConfig
-    mixers: list[Mixer]
+    mixers: list[AttentionKind]
     seeds: list[int]
     sraven: SRavenRunConfig | None = None
-    sraven_mixers: list[Mixer] = Field(default_factory=list)
-
-
-def _lr_factor(step: int, warmup: int, total: int, final: float) -> float:
-    if warmup and step < warmup:
-        return step / warmup
-    t = (step - warmup) / max(1, total - warmup)
-    return final + (1 - final) * 0.5 * (1 + math.cos(math.pi * min(1.0, t)))
+    sraven_mixers: list[AttentionKind] = Field(default_factory=list)
 
 
 def _eval_sets(task: FuzzyLogic, config: FuzzyRunConfig, device: torch.device) -> dict:
@@ -173,54 +137,27 @@ def run_fuzzy_logic(
         frac_test=config.frac_test,
         split_seed=config.split_seed,
     )
-    with one_intra_op_thread(), RunStore(run_dir) as store:
-        store.truncate_after(-1)
-        store.write_config(config.model_dump(mode="json"))
-        store.set_status(0, "running")
-        torch.manual_seed(config.seed)
-        model = SequenceTransformer(
-            task.d_in,
-            1,
-            d_model=config.d_model,
-            n_layers=config.n_layers,
-            n_heads=config.n_heads,
-            d_head=max(1, config.qk_width // config.n_heads),
-            d_mlp=config.d_mlp,
-            attention=config.mixer,
-            relative_position_buckets=config.relative_position_buckets,
-        ).to(dev)
-        decay = [p for p in model.parameters() if p.ndim >= 2]
-        no_decay = [p for p in model.parameters() if p.ndim < 2]
-        opt = torch.optim.AdamW(
-            [
-                {"params": decay, "weight_decay": config.weight_decay},
-                {"params": no_decay, "weight_decay": 0.0},
-            ],
-            lr=config.lr,
-        )
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt,
-            lambda s: _lr_factor(s, config.warmup_steps, config.steps, config.final_lr_frac),
-        )
+    with open_run(config, run_dir) as store:
+        model = mixer_transformer(config, task.d_in, 1, config.relative_position_buckets).to(dev)
         evals = _eval_sets(task, config, dev)
         gen = torch.Generator(device=dev).manual_seed(config.seed)
-        for step in range(1, config.steps + 1):
+
+        def loss_fn() -> torch.Tensor:
             batch = task.sample("train", config.batch_size, gen)
             pred = model(batch["x"])[:, -1, 0]
-            loss = (pred - batch["y"]).square().mean()
-            if not torch.isfinite(loss):
-                store.set_status(step, "diverged")
-                return
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            if step % config.log_every == 0:
-                store.log(step, {"train.loss": loss.detach()})
-            if step % config.eval_every == 0 or step == config.steps:
-                store.log(step, _evaluate(model, evals))
-        store.log(config.steps, _probe(model, evals))
-        store.set_status(config.steps, "finished")
+            return (pred - batch["y"]).square().mean()
+
+        finished = train_steps(
+            store,
+            model,
+            config,
+            loss_fn,
+            lambda: _evaluate(model, evals),
+            final_lr_frac=config.final_lr_frac,
+        )
+        if finished:
+            store.log(config.steps, _probe(model, evals))
+            store.set_status(config.steps, "finished")
 
 
 @torch.no_grad()
@@ -382,13 +319,6 @@ def build_runs(preset: HylaFuzzyLogicPreset, seed: int = 0) -> list[RunSpec]:
 
 
 # -- analysis ---------------------------------------------------------------------------------
-def _last(run: Run, key: str) -> float:
-    try:
-        return run.last(key)
-    except KeyError:
-        return float("nan")
-
-
 def analyze(runs: dict[str, Run], figures: Path) -> Analysis:
     """Seed-mean "test" R² gap HYLA − linear (+ the sRAVEN ordering if run); tables; figures."""
     sraven_runs = {n: r for n, r in runs.items() if "n_features" in r.config}
@@ -403,13 +333,13 @@ def analyze(runs: dict[str, Run], figures: Path) -> Analysis:
             "status": run.status,
         }
         for split in EVAL_SPLITS:
-            row[f"{split}.r2"] = _last(run, f"{split}.r2")
+            row[f"{split}.r2"] = last_or_nan(run, f"{split}.r2")
         for tag in ("id", "test"):
             for metric in ("r2", "f1"):
-                vals = [_last(run, f"probe.{tag}.L{i}.{metric}") for i in range(n_layers)]
+                vals = [last_or_nan(run, f"probe.{tag}.L{i}.{metric}") for i in range(n_layers)]
                 finite = [v for v in vals if math.isfinite(v)]
                 row[f"probe.{tag}.{metric}_best_layer"] = max(finite) if finite else float("nan")
-        row["train.loss"] = _last(run, "train.loss")
+        row["train.loss"] = last_or_nan(run, "train.loss")
         rows.append(row)
     mixers = sorted({r["mixer"] for r in rows})
     summary = []

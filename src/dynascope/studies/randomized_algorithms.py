@@ -66,6 +66,7 @@ from dynascope.studies._randomized_runs import (
     run_colouring,
     run_recall,
 )
+from dynascope.studies._run_values import last_or_nan
 from dynascope.studies.base import Analysis, RunSpec, Study, Verdict
 
 __all__ = [
@@ -312,17 +313,10 @@ _EVAL_KEYS = (
 )
 
 
-def _last(run: Run, key: str) -> float:
-    try:
-        return run.last(key)
-    except KeyError:
-        return float("nan")
-
-
 def _row(name: str, run: Run) -> dict:
     cfg = run.config
     row = {"run": name, "status": run.status, "q": cfg.get("q"), "m": cfg.get("m_seeds")}
-    row.update({k.removeprefix("eval."): _last(run, k) for k in _EVAL_KEYS})
+    row.update({k.removeprefix("eval."): last_or_nan(run, k) for k in _EVAL_KEYS})
     try:  # fraction of held-out inputs that no evaluation seed solves
         success = run.tensors("eval.per_input_success")[1][-1]
         row["never_solved"] = float(np.mean(success == 0.0))
@@ -423,7 +417,7 @@ def _colouring_tables(runs: dict[str, Run]) -> tuple[list[dict], list[dict]]:
         row["steps"] = int(group[0][1].config["steps"])
         row["eval_seeds"] = int(group[0][1].config["eval_seeds"])
         for col, key in _COLOUR_KEYS.items():
-            row[col] = _mean([_last(run, key) for _, run in group])
+            row[col] = _mean([last_or_nan(run, key) for _, run in group])
         row["never_solved"] = _mean([_row(name, run)["never_solved"] for name, run in group])
         row["cycles"] = _n_inputs(group[0][1])
         per_q.append(row)
@@ -490,8 +484,8 @@ def analyze(runs: dict[str, Run], figures: Path) -> Analysis:
             {
                 "run": n,
                 "status": r.status,
-                "worst_return": _last(r, "eval.worst_return"),
-                "mean_return": _last(r, "eval.mean_return"),
+                "worst_return": last_or_nan(r, "eval.worst_return"),
+                "mean_return": last_or_nan(r, "eval.mean_return"),
             }
             for n, r in sorted(grid.items())
         ]
