@@ -23,6 +23,7 @@ from dynascope.studies._hyper_ut_paper import (
     TOKEN_MODELS,
     VectorPVRRunConfig,
 )
+from dynascope.studies._run_values import last_or_nan
 from dynascope.tasks.pvr import AGGREGATIONS
 
 __all__ = [
@@ -35,15 +36,8 @@ __all__ = [
 ]
 
 
-def _last(run: Run, key: str) -> float:
-    try:
-        return run.last(key)
-    except KeyError:
-        return float("nan")
-
-
 def _mean(runs: list[Run], key: str) -> float:
-    return float(np.mean([_last(r, key) for r in runs])) if runs else float("nan")
+    return float(np.mean([last_or_nan(r, key) for r in runs])) if runs else float("nan")
 
 
 def vector_rows(runs: dict[str, Run]) -> list[dict]:
@@ -58,7 +52,7 @@ def vector_rows(runs: dict[str, Run]) -> list[dict]:
     ):
         first = next(iter(by_model.values()))[0]
         row = {"m": m, "agg": agg, "holdout": first.config["holdout"]}
-        row["majority"] = _last(first, "eval.standard.majority")
+        row["majority"] = last_or_nan(first, "eval.standard.majority")
         for model in TOKEN_MODELS:
             group = by_model.get(model, [])
             row[f"{model}.standard"] = _mean(group, "eval.standard.accuracy")
@@ -155,7 +149,7 @@ def visual_rows(runs: dict[str, Run]) -> list[dict]:
     rows = []
     for m, by_model in sorted(groups.items()):
         first = next(iter(by_model.values()))[0]
-        row = {"m": m, "agg": first.config["agg"], "majority": _last(first, "eval.majority")}
+        row = {"m": m, "agg": first.config["agg"], "majority": last_or_nan(first, "eval.majority")}
         for model in DIGITS_MODELS:
             row[f"{model}.accuracy"] = _mean(by_model.get(model, []), "eval.accuracy")
             row[f"{model}.layers"] = _mean(by_model.get(model, []), "eval.layers")

@@ -14,6 +14,7 @@ import numpy as np
 
 from dynascope.report import new_figure, save_figure
 from dynascope.store import Run
+from dynascope.studies._run_values import last_or_nan
 from dynascope.studies.base import Analysis, Verdict
 
 __all__ = ["CHANCE", "P1_MIN_ACCURACY", "P2_MAX_ACCURACY", "P3_MIN_GAIN", "analyze"]
@@ -23,13 +24,6 @@ P1_MIN_ACCURACY = 0.30  # S7's proposal, frozen before the first fast run
 P2_MAX_ACCURACY = 0.20  # S7's proposal, frozen before the first fast run
 P3_MIN_GAIN = 0.0  # orderings (S7): permuted ≥ vanilla at the midpoint, barrier ≤ vanilla
 METHODS = ("vanilla", "activation", "weight")
-
-
-def _last(run: Run, key: str) -> float:
-    try:
-        return run.last(key)
-    except KeyError:
-        return float("nan")
 
 
 def _tensor(run: Run, key: str) -> np.ndarray | None:
@@ -51,17 +45,17 @@ def _row(name: str, run: Run) -> dict:
         "label": _label(run.config),
         "group": run.config["group"],
         "status": run.status,
-        "net0.test.accuracy": _last(run, "net0.test.accuracy"),
-        "net1.test.accuracy": _last(run, "net1.test.accuracy"),
-        "net0.init.accuracy": _last(run, "net0.init.accuracy"),
+        "net0.test.accuracy": last_or_nan(run, "net0.test.accuracy"),
+        "net1.test.accuracy": last_or_nan(run, "net1.test.accuracy"),
+        "net0.init.accuracy": last_or_nan(run, "net0.init.accuracy"),
     }
     for method in METHODS:
-        row[f"midpoint.{method}.accuracy"] = _last(run, f"midpoint.{method}.accuracy")
-        row[f"barrier.{method}.loss"] = _last(run, f"barrier.{method}.loss")
-        row[f"barrier.{method}.loss_tempered"] = _last(run, f"barrier.{method}.loss_tempered")
-        row[f"barrier.{method}.error"] = _last(run, f"barrier.{method}.error")
-        row[f"init_avg.{method}.accuracy"] = _last(run, f"init_avg.{method}.accuracy")
-    row["match.agreement"] = _last(run, "match.agreement")
+        row[f"midpoint.{method}.accuracy"] = last_or_nan(run, f"midpoint.{method}.accuracy")
+        row[f"barrier.{method}.loss"] = last_or_nan(run, f"barrier.{method}.loss")
+        row[f"barrier.{method}.loss_tempered"] = last_or_nan(run, f"barrier.{method}.loss_tempered")
+        row[f"barrier.{method}.error"] = last_or_nan(run, f"barrier.{method}.error")
+        row[f"init_avg.{method}.accuracy"] = last_or_nan(run, f"init_avg.{method}.accuracy")
+    row["match.agreement"] = last_or_nan(run, "match.agreement")
     return row
 
 
@@ -126,11 +120,11 @@ def analyze(runs: dict[str, Run], figures: Path) -> Analysis:
     tables["self-checks on net 0 (permutation invariance, self-matching, self-barrier)"] = [
         {
             "run": name,
-            "max |f(x) − f_perm(x)|": _last(run, "check.permuted_max_abs_diff"),
-            "self-match recovered (activation)": _last(run, "check.self_match.activation"),
-            "self-match recovered (weight)": _last(run, "check.self_match.weight"),
-            "dead units": _last(run, "check.dead_units"),
-            "self barrier (nats)": _last(run, "check.self_barrier"),
+            "max |f(x) − f_perm(x)|": last_or_nan(run, "check.permuted_max_abs_diff"),
+            "self-match recovered (activation)": last_or_nan(run, "check.self_match.activation"),
+            "self-match recovered (weight)": last_or_nan(run, "check.self_match.weight"),
+            "dead units": last_or_nan(run, "check.dead_units"),
+            "self barrier (nats)": last_or_nan(run, "check.self_barrier"),
         }
         for name, run in sorted(runs.items())
     ]

@@ -69,6 +69,7 @@ from dynascope.probes.kernels import empirical_ntk, model_function, ntk_relative
 from dynascope.probes.latent import latent_covariance_spectrum
 from dynascope.report import new_figure, save_figure
 from dynascope.store import Run, RunStore
+from dynascope.studies._run_values import last_or_nan
 from dynascope.studies.base import Analysis, RunSpec, Study, Verdict, one_intra_op_thread
 
 __all__ = ["BottleneckPreset", "BottleneckRunConfig", "STUDY", "analyze", "run_bottleneck"]
@@ -311,13 +312,6 @@ def build_runs(preset: BottleneckPreset, seed: int = 0) -> list[RunSpec]:
 
 
 # -- analysis ---------------------------------------------------------------------------------
-def _last(run: Run, key: str) -> float:
-    try:
-        return run.last(key)
-    except KeyError:
-        return math.nan
-
-
 def _row(name: str, run: Run) -> dict:
     cfg = BottleneckRunConfig.model_validate(run.config)
     try:
@@ -345,10 +339,10 @@ def _row(name: str, run: Run) -> dict:
         if cfg.net == "wide"
         else (float(reached) if finished and reached is not None else math.inf),
         f"steps to {REPORTED_TARGET:g} (reported)": _first_at_or_below(mse, REPORTED_TARGET),
-        "final mse": _last(run, "train.mse"),
-        "movement": _last(run, "movement") if finished else math.nan,
-        "ntk change": _last(run, "ntk.relative_change"),
-        "(lr/N) λ_max(Θ0)": _last(run, "stability.eta_lambda_over_N"),
+        "final mse": last_or_nan(run, "train.mse"),
+        "movement": last_or_nan(run, "movement") if finished else math.nan,
+        "ntk change": last_or_nan(run, "ntk.relative_change"),
+        "(lr/N) λ_max(Θ0)": last_or_nan(run, "stability.eta_lambda_over_N"),
         "mean |preact| per layer, init→final": coord,
     }
 

@@ -85,6 +85,7 @@ from dynascope.studies._hyperteacher_run import (
 )
 from dynascope.studies._modular_teacher_figures import hyper_figure, mean_over_seeds, study_figures
 from dynascope.studies._modular_teacher_run import ModularStudentConfig, run_modular_student
+from dynascope.studies._run_values import last_or_nan
 from dynascope.studies.base import Analysis, RunSpec, Study, Verdict
 from dynascope.tasks.modular_teacher import TASK_SETS, eval_keys
 
@@ -239,13 +240,6 @@ def _tensor(run: Run, key: str) -> torch.Tensor:
     return torch.from_numpy(np.array(run.tensors(key)[1][-1]))
 
 
-def _last(run: Run, key: str) -> float:
-    try:
-        return run.last(key)
-    except KeyError:
-        return float("nan")
-
-
 def analyze_run(run: Run) -> dict:
     """Decodability, alignment and losses of one finished run, from its store only.
 
@@ -266,12 +260,12 @@ def analyze_run(run: Run) -> dict:
         "code_factor": cfg.code_factor,
         "weight_decay": cfg.weight_decay,
         "status": run.status,
-        "train_loss": _last(run, "outer.loss"),
+        "train_loss": last_or_nan(run, "outer.loss"),
     }
     nan = float("nan")
     for key in ["train", *keys]:
-        row[f"loss.{key}"] = _last(run, f"{key}.loss")
-        row[f"relative_loss.{key}"] = _last(run, f"{key}.relative_loss")
+        row[f"loss.{key}"] = last_or_nan(run, f"{key}.loss")
+        row[f"relative_loss.{key}"] = last_or_nan(run, f"{key}.relative_loss")
     try:
         z_tr, zh_tr = _tensor(run, "train.z"), _tensor(run, "train.z_hat")
     except KeyError:  # the run never reached its evaluation
@@ -407,8 +401,8 @@ def _hyper_rows(runs: dict[str, Run]) -> list[dict]:
                 "learner": cfg.learner,
                 "M": cfg.n_experts,
                 "K": cfg.num_hot,
-                "train_accuracy_%": 100 * _last(run, "train.accuracy"),
-                "ood_accuracy_%": 100 * _last(run, "ood.accuracy"),
+                "train_accuracy_%": 100 * last_or_nan(run, "train.accuracy"),
+                "ood_accuracy_%": 100 * last_or_nan(run, "ood.accuracy"),
                 "paper_ood_accuracy_%": PAPER_OOD_ACCURACY.get(
                     (cfg.learner, cfg.n_experts, cfg.num_hot), float("nan")
                 ),
