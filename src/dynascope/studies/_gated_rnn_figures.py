@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from dynascope.report import new_figure, save_figure
 from dynascope.store import Run
@@ -143,21 +144,29 @@ def _weights_figure(run: Run | None, figures: Path) -> Path | None:
     if lam is None or out_norm is None or any(t is None for t in tensors):
         return None
     order = np.argsort(-lam)
-    fig, axes = new_figure(1, 3, width=10, height=2.2, title="(c) GRNN weights, neurons by |λ|")
+    fig, axes = new_figure(1, 3, width=10, height=2.5, title="(c) GRNN weights, neurons by |λ|")
     d_in = tensors[0].shape[0]
-    labels = [f"x{j + 1}" for j in range(d_in - 1)] + ["y"]
-    for ax, W, name in zip(axes[:2], tensors, ("W_in_x", "W_in_g")):
+    labels = [f"$x_{{{j + 1}}}$" for j in range(d_in - 1)] + ["$y$"]
+    xlabel = r"neuron index $n$ (sorted by $|\lambda_n|$, descending)"
+    names = (r"W_{\mathrm{in},x}", r"W_{\mathrm{in},g}")
+    for ax, W, name in zip(axes[:2], tensors, names):
         scale = float(np.abs(W).max()) or 1.0
         image = ax.imshow(W[:, order], aspect="auto", cmap="RdBu_r", vmin=-scale, vmax=scale)
         ax.set_yticks(range(d_in), labels)
-        ax.set(ylabel=name)
+        ax.set(xlabel=xlabel, ylabel=f"${name}$ row\n(input coordinate)")
         ax.grid(False)
-        fig.colorbar(image, ax=ax, pad=0.01)
+        bar = fig.colorbar(image, ax=ax, pad=0.01)
+        bar.set_label(f"${name}[i, n]$")
     ax = axes[2]
-    ax.plot(lam[order], "o-", ms=3, label="|λ|")
+    ax.plot(lam[order], "o-", ms=3, label=r"$|\lambda_n|$")
     ax.plot(
-        out_norm[order] / max(float(out_norm.max()), 1e-12), "s", ms=3, label="‖W_out_h[n]‖ / max"
+        out_norm[order] / max(float(out_norm.max()), 1e-12),
+        "s",
+        ms=3,
+        label=r"$\|W_{\mathrm{out},h}[n, :]\|_2$ / its max over $n$",
     )
-    ax.set(xlabel="neuron (sorted by |λ|)", ylim=(-0.05, 1.05))
-    ax.legend(loc="upper right", ncol=2)
+    ax.set(xlabel=xlabel, ylabel="value", ylim=(-0.05, 1.05))
+    ax.legend(loc="lower left", ncol=2)
+    for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     return save_figure(fig, figures / "icl_weights.png")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from matplotlib.ticker import SymmetricalLogLocator
 
 from dynascope.report import new_figure, save_figure
 from dynascope.store import Run
@@ -49,42 +50,51 @@ def study_figures(
             0.38,
             label=label,
         )
-    ax1.axhline(s1_align, color="grey", ls=":", lw=1)
+    ax1.axhline(s1_align, color="grey", ls=":", lw=1, label=f"s1 bar: Blessed mean ≥ {s1_align:g}")
     ax1.set_xticks(x, [s.replace("+", "+\n") for s in sets], fontsize=8 if len(sets) < 4 else 6)
     if len(sets) > 3:  # the paper preset's ten task sets
         ax1.tick_params(axis="x", labelrotation=60)
-    ax1.set(ylabel="module alignment (signed cos)", title="module alignment", ylim=(-0.1, 1.2))
-    ax1.legend(loc="upper center", ncol=2)
-    floor = -0.5  # R² below this is drawn at the floor (and written out for <= 3 task sets)
+    ax1.set(ylabel="module alignment (signed cos)", title="module alignment", ylim=(-0.1, 1.35))
+    ax1.legend(loc="upper center", ncol=3, fontsize=7)
+    # R² is unbounded below: a symlog axis (linear on [-1, 1], log beyond) shows every value
+    # without clipping; task sets differ in colour, marker and line style so coinciding curves
+    # stay visible.
+    markers, styles = "osD^vP*Xh<", ("-", "--", "-.", ":")
     for i, s in enumerate(sets):
-        colour = f"C{i % 10}"
-        r2 = np.array([mean_over_seeds(main, s, f"r2.{k}") for k in keys])
-        ax2.plot(hs, np.maximum(r2, floor), "o-", color=colour)
-        for h, value in zip(hs, r2):
-            if value < floor and len(sets) <= 3:
-                ax2.annotate(
-                    f"{value:.2g}",
-                    (h, floor),
-                    xytext=(-30, 4 + 11 * i),
-                    textcoords="offset points",
-                    color=colour,
-                    fontsize=8,
-                )
+        style = dict(
+            color=f"C{i % 10}",
+            marker=markers[i % len(markers)],
+            ls=styles[i % len(styles)],
+            mfc="none" if i % 2 else None,
+            ms=7 - 2 * (i % 2),
+            label=s,
+        )
+        r2 = [mean_over_seeds(main, s, f"r2.{k}") for k in keys]
+        ax2.plot(hs, r2, **style)
         rel = [mean_over_seeds(main, s, f"relative_loss.{k}") for k in keys]
-        ax3.semilogy(hs, rel, "o-", color=colour, label=s)
-    ax2.axhline(s2_r2, color="grey", ls=":", lw=1)
+        ax3.semilogy(hs, rel, **style)
+    ax2.axhline(s2_r2, color="grey", ls=":", lw=1, label=f"s2 bar: Blessed R² ≥ {s2_r2:g}")
+    ax2.set_yscale("symlog", linthresh=1.0, linscale=2.0)
+    ax2.set_ylim(top=1.2)
+    lowest = ax2.get_ylim()[0]
+    ticks = [1.0, 0.5, 0.0, -0.5, -1.0]
+    while ticks[-1] > lowest and len(ticks) < 12:
+        ticks.append(ticks[-1] * 10)  # -10, -100, ... down past the lowest value drawn
+    ax2.set_ylim(bottom=1.5 * ticks[-1])  # room for markers on the last tick
+    ax2.set_yticks(ticks, [f"{t:g}" for t in ticks])
+    ax2.yaxis.set_minor_locator(SymmetricalLogLocator(linthresh=1.0, base=10, subs=range(2, 10)))
     ax2.set(
         xlabel="fraction of modules per task (h/M)",
-        ylabel="R² (mean over modules)",
-        title=f"code decodability (F fit on train; floor {floor})",
+        ylabel="R² (mean over modules; symlog)",
+        title="code decodability (F fit on train)",
     )
-    ax2.set_ylim(floor - 0.05, 1.05)
+    ax2.legend(fontsize=7, loc="lower left")
     ax3.set(
         xlabel="fraction of modules per task (h/M)",
-        ylabel="‖ŷ − y‖² / ‖y‖²",
+        ylabel=r"$\|\hat{y} - y\|^2 / \|y\|^2$",
         title="relative loss on eval tasks",
     )
-    ax3.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax3.legend(fontsize=7, loc="best")
     paths.append(save_figure(fig, figures / "identification.png"))
 
     fig, (ax,) = new_figure(

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
+from matplotlib.lines import Line2D
 from matplotlib.ticker import NullFormatter
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -217,28 +218,43 @@ def analyze(runs: dict[str, Run], figures: Path) -> Analysis:
 def _figures(rows: list[dict], archs: list[str], figures: Path) -> list[Path]:
     fig, axes = new_figure(3, title="S17: distance from the kernel regime vs width (seed means)")
     panels = (
-        ("kernel_change_sup", "sup_t ‖Θ_t − Θ_0‖_F / ‖Θ_0‖_F", "eNTK change"),
-        ("kgd_deviation", "sup_t ‖f_t − f_t^kGD‖₂", "net vs kernel-GD twin"),
-    )
+        ("kernel_change_sup", r"$\sup_t\,\|\Theta_t - \Theta_0\|_F\,/\,\|\Theta_0\|_F$",
+         "eNTK change"),
+        ("kgd_deviation", r"$\sup_t\,\|f_t - f_t^{\mathrm{kGD}}\|_2$", "net vs kernel-GD twin"),
+    )  # fmt: skip
     for ax, (key, ylabel, title) in zip(axes, panels):
         for arch in archs:
             w, m = _means(rows, arch, key)
             (line,) = ax.loglog(w, m, "o-", label=arch)
             ax.loglog(w, m[0] * (w / w[0]) ** -0.5, ":", color=line.get_color(), lw=1)
-        ax.set(xlabel="width n", ylabel=ylabel, title=f"{title}, dotted ∝ n^-1/2")
+        ax.set(xlabel="width $n$", ylabel=ylabel, title=title)
         _width_ticks(ax, rows)
-        ax.legend(fontsize=8)
+        _legend_with_guide(ax)
     ax = axes[2]
     if "mlp" in archs:
-        for key, label in (("init_deviation", "‖Θ_0 − Θ̊‖_F / ‖Θ̊‖_F"),
-                           ("kgd_analytic_deviation", "sup_t ‖f_t − f_t^kGD(Θ̊)‖₂")):  # fmt: skip
+        ring = r"\mathring{\Theta}"  # the analytic (infinite-width) NTK
+        for key, label in (
+            ("init_deviation", rf"$\|\Theta_0 - {ring}\|_F\,/\,\|{ring}\|_F$"),
+            ("kgd_analytic_deviation", rf"$\sup_t\,\|f_t - f_t^{{\mathrm{{kGD}}}}({ring})\|_2$"),
+        ):
             w, m = _means(rows, "mlp", key)
             (line,) = ax.loglog(w, m, "o-", label=label)
             ax.loglog(w, m[0] * (w / w[0]) ** -0.5, ":", color=line.get_color(), lw=1)
-        ax.legend(fontsize=8)
-    ax.set(xlabel="width n", title="MLP vs the analytic NTK Θ̊")
+        _legend_with_guide(ax)
+    ax.set(
+        xlabel="width $n$",
+        ylabel=r"distance from analytic NTK $\mathring{\Theta}$",
+        title=r"MLP vs the analytic NTK $\mathring{\Theta}$",
+    )
     _width_ticks(ax, rows)
     return [save_figure(fig, figures / "universality.png")]
+
+
+def _legend_with_guide(ax) -> None:
+    """Legend of the measured curves plus one entry explaining the dotted n^-1/2 guides."""
+    handles, labels = ax.get_legend_handles_labels()
+    guide = Line2D([], [], color="grey", ls=":", lw=1)
+    ax.legend([*handles, guide], [*labels, r"$\propto n^{-1/2}$ from the first point"], fontsize=8)
 
 
 def _width_ticks(ax, rows: list[dict]) -> None:

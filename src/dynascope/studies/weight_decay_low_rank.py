@@ -56,6 +56,7 @@ from typing import Literal
 
 import numpy as np
 import torch
+from matplotlib.ticker import MaxNLocator
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynascope.config import RunConfig, validate_config
@@ -551,26 +552,37 @@ def _analyze_recall(runs: list[tuple[float, Run]], figures: Path):
         ax.legend()
     figs.append(save_figure(fig, figures / "b_rank_vs_lambda.png"))
 
-    fig, axes = new_figure(2, title="(b) singular values per head at the last step (σ/σ_max)")
+    fig, axes = new_figure(
+        2, title=r"(b) singular values per head at the last step ($\sigma_i / \sigma_1$)"
+    )
+    # Curves of neighbouring λ_attn can coincide: each λ_attn gets its own line style, marker
+    # and width (widest drawn first) so that none hides another.
+    styles = (("-", "o", 3.0), ("--", "s", 2.0), ("-.", "^", 1.5), (":", "D", 1.5))
     for ax, which in zip(axes, ("qk", "ov")):
-        for lam, run in runs:
+        for k, (lam, run) in enumerate(runs):
             try:
                 s = run.tensors(f"{which}.singular_values")[1][-1]  # [n_layers, n_heads, d_head]
             except KeyError:
                 continue
             s = s.reshape(-1, s.shape[-1])
             rel = s / np.maximum(s[:, :1], 1e-30)
-            (line,) = ax.semilogy(np.arange(1, s.shape[1] + 1), rel[0], label=f"λ={lam:g}")
-            for row in rel[1:]:
-                ax.semilogy(np.arange(1, s.shape[1] + 1), row, color=line.get_color(), alpha=0.6)
-        ax.axhline(1e-2, color="grey", ls=":", lw=1)
+            ls, marker, lw = styles[k % len(styles)]
+            index = np.arange(1, s.shape[1] + 1)
+            for h, row in enumerate(rel):
+                ax.semilogy(
+                    index, row, color=f"C{k % 10}", ls=ls, lw=lw, marker=marker, ms=4,
+                    mfc="none" if k % 2 else None, alpha=0.85 if h == 0 else 0.45,
+                    label=rf"$\lambda_{{\mathrm{{attn}}}}$={lam:g}" if h == 0 else None,
+                )  # fmt: skip
+        ax.axhline(1e-2, color="k", ls=(0, (1, 3)), lw=0.8, label="rank cutoff $10^{-2}$")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set(
-            xlabel="index i",
-            ylabel="σ_i / σ_1",
-            title=f"W_{which.upper()} (every head)",
+            xlabel="singular-value index $i$",
+            ylabel=r"$\sigma_i / \sigma_1$",
+            title=rf"$W_{{{which.upper()}}}$ (every head)",
             ylim=(1e-6, 2),
         )
-        ax.legend()
+        ax.legend(fontsize=8)
     figs.append(save_figure(fig, figures / "b_spectra.png"))
     return verdicts, figs, rows
 
