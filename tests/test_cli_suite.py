@@ -151,3 +151,52 @@ def test_compare_prints_two_runs_and_two_studies_side_by_side(stub_registry, tmp
         "cannot compare a study directory with a run directory",
     )
     assert_one_line_error(invoke("compare", tmp_path, tmp_path / "s1"), "is neither a run")
+
+
+def test_study_run_refusals_are_the_only_output_and_name_the_option(stub_registry, tmp_path):
+    result = invoke("study", "run", "stub-a", "--preset", "smoke", "--out", "/proc/nope/x")
+    assert_one_line_error(result, r"^error: --out: '/proc/nope/x' cannot be created")
+    assert result.stdout == ""
+    out = tmp_path / "s"
+    assert invoke("study", "run", "stub-a", "--preset", "smoke", "--out", out).exit_code == 0
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    refused = invoke("study", "run", "stub-a", "--preset", "smoke", "--seed", 1, "--out", out)
+    assert_one_line_error(refused, "holds runs made with other configs")
+    assert refused.stdout == ""  # validated before the header line
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+
+
+def test_study_table_refuses_a_directory_without_verdicts(stub_registry, tmp_path):
+    docs = tmp_path / "docs" / "studies.md"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = invoke("study", "table", "--dir", empty, "--preset", "smoke", "--output", docs)
+    assert_one_line_error(result, r"--dir: '.*empty' holds no study verdicts for preset smoke")
+    assert result.stdout == "" and not docs.parent.exists()
+    run_dir = tmp_path / "s" / "runs" / "r0_ok"
+    made = invoke("study", "run", "stub-a", "--preset", "smoke", "--out", run_dir.parents[1])
+    assert made.exit_code == 0, made.output
+    for wrong, why in ((run_dir, "a run directory"), (run_dir.parents[1], "a study directory")):
+        result = invoke("study", "table", "--dir", wrong, "--preset", "smoke", "--output", docs)
+        assert_one_line_error(result, f"holds no study verdicts.*it is {why}")
+    assert not docs.parent.exists()
+    help_words = " ".join(
+        re.sub("[│╭╮╰╯─]", " ", invoke("study", "table", "--help").stdout).split()
+    )
+    assert "docs/studies.md under the current directory" in help_words
+
+
+def test_names_are_never_cut_when_stdout_is_not_a_terminal(stub_registry, monkeypatch, tmp_path):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    long = "stub-with-a-name-long-enough-to-be-cut-at-eighty-columns"
+    stub_registry[long] = dataclasses.replace(
+        stub_registry["stub-a"], name=long, claim="a claim " * 30
+    )
+    listed = invoke("study", "list")
+    assert listed.exit_code == 0 and long in listed.stdout and "…" not in listed.stdout
+    suite = invoke("study", "run", "--all", "--preset", "smoke", "--out", tmp_path)
+    assert suite.exit_code == 0, suite.output
+    docs = tmp_path / "studies.md"
+    table = invoke("study", "table", "--dir", tmp_path, "--preset", "smoke", "--output", docs)
+    for output in (suite.stdout, table.stdout):
+        assert long in output and "…" not in output

@@ -264,13 +264,24 @@ def study_list() -> None:
     from dynascope import studies
 
     table = Table()
-    table.add_column("study")
+    table.add_column("study", overflow="fold")
     table.add_column("presets")
     table.add_column("claim")
     for name in studies.names():
         s = studies.get(name)
         table.add_row(name, ", ".join(s.presets), s.claim)
-    console.print(table)
+    _print_table(table)
+
+
+def _print_table(table: Table) -> None:
+    """Print ``table``; when stdout is not a terminal (a pipe, a file) and ``COLUMNS`` is not
+    set, as wide as its content needs rather than 80 columns, so no name is ever cut."""
+    if console.is_terminal or "COLUMNS" in os.environ:
+        console.print(table)
+        return
+    wide = console.options.update_width(10_000)
+    width = max(console.width, console.measure(table, options=wide).maximum)
+    Console(width=width).print(table)
 
 
 @study_app.command("run")
@@ -326,6 +337,10 @@ def study_run(
         return
     suite_dir = out or Path("runs")
     _refuse_unusable_dir(suite_dir)
+    try:
+        suite_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        _fail(f"--out: {str(suite_dir)!r} cannot be created ({err.strerror or err})")
     failed = []
     session = runner if hasattr(runner, "__enter__") else contextlib.nullcontext()
     with session:  # one Ray session for the whole suite
@@ -359,12 +374,13 @@ def _run_one_study(name, preset, out, seed, executor, device, fresh, progress) -
     _refuse_unusable_dir(out)
     if (out / "metrics.sqlite").exists():
         _fail(f"--out: {str(out)!r} is a run directory; choose a study directory")
-    console.print(f"[bold]{name}[/] ({preset}, {executor.name}) -> {out}")
 
-    def on_run(run_name: str, status: str, seconds: float) -> None:
-        console.print(
-            f"  run {run_name}: {status} in {seconds:.1f} s", markup=False, highlight=False
-        )
+    def on_start() -> None:  # only once the directory is checked: a refusal is the only output
+        console.print(f"[bold]{name}[/] ({preset}, {executor.name}) -> {out}")
+
+    def on_run(run_name: str, status: str, seconds: float, action: str) -> None:
+        took = "" if math.isnan(seconds) else f" in {seconds:.1f} s"
+        console.print(f"  run {run_name}: {status}{took} ({action})", markup=False, highlight=False)
 
     try:
         outcome = study.run(
@@ -373,18 +389,21 @@ def _run_one_study(name, preset, out, seed, executor, device, fresh, progress) -
             seed=seed,
             progress=progress and sys.stderr.isatty(),
             on_run=on_run,
+            on_start=on_start,
             executor=executor,
             device=device,
             fresh=fresh,
             run_reports=True,
         )
     except (ValueError, RunLockedError) as err:
-        _fail(str(err))
+        message = str(err)
+        _fail("--" + message if message.startswith("out: ") else message)  # the option's name
     except StudyInterrupted as err:
         err_console.print(
             f"study stopped: {err}; run the same command again to resume it",
             markup=False,
             highlight=False,
+            soft_wrap=True,
         )
         raise typer.Exit(EXIT_SIGNAL.get(err.signal, 130)) from None
     _print_verdicts(outcome)
@@ -401,13 +420,13 @@ def _print_suite(suite_dir: Path, names: list[str], preset: str) -> None:
     rows = suite_rows(suite_dir, names, preset)
     table = Table(title=f"suite ({preset}): {suite_dir}")
     for column in ("study", "claim", "measured", "threshold", "passed", "seconds"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for r in rows:
         passed = {True: "[green]yes[/]", False: "[red]no[/]", None: "-"}[r["passed"]]
         cells = [r["measured"], r["threshold"], r["seconds"]]
         measured, threshold, seconds = ("" if math.isnan(c) else f"{c:.4g}" for c in cells)
         table.add_row(r["study"], r["claim"], measured, threshold, passed, seconds)
-    console.print(table)
+    _print_table(table)
 
 
 @study_app.command("table")
@@ -417,10 +436,17 @@ def study_table(
     ] = Path("runs"),
     preset: Annotated[str, typer.Option(help="smoke | fast | paper")] = "fast",
     output: Annotated[
-        Path | None, typer.Option(help="Markdown file to write [default: docs/studies.md]")
+        Path | None,
+        typer.Option(
+            help="Markdown file to write [default: docs/studies.md, relative to the current "
+            "directory]"
+        ),
     ] = None,
 ) -> None:
-    """Print the suite table from stored verdicts and write it as Markdown (docs/studies.md)."""
+    """Print the suite table from stored verdicts and write it as Markdown.
+
+    The Markdown goes to --output (default docs/studies.md under the current directory).
+    """
     import datetime
 
     from dynascope import studies
@@ -431,6 +457,17 @@ def study_table(
     if not suite_dir.is_dir():
         _fail(f"--dir: {str(suite_dir)!r} is not a directory")
     names = studies.names()
+    if not any((suite_dir / f"{n}-{preset}" / "verdict.json").is_file() for n in names):
+        kind = ""
+        if (suite_dir / "metrics.sqlite").exists():
+            kind = " (it is a run directory)"
+        elif (suite_dir / "verdict.json").exists():
+            kind = f" (it is a study directory; give its parent, e.g. {str(suite_dir.parent)!r})"
+        _fail(
+            f"--dir: {str(suite_dir)!r} holds no study verdicts for preset {preset}{kind}; "
+            f"expected NAME-{preset}/verdict.json as written by "
+            f"`dynascope study run --all --preset {preset} --out DIR`"
+        )
     rows = suite_rows(suite_dir, names, preset)
     stamps = [
         (suite_dir / f"{n}-{preset}" / "verdict.json").stat().st_mtime
@@ -465,7 +502,7 @@ def compare(
         _fail(f"DIR: metrics.sqlite is not readable ({err})")
     table = Table(title=f"{kind} directories: A = {dir_a}, B = {dir_b}")
     for column in ("key", "A", "B", "B - A"):
-        table.add_column(column, justify="left" if column == "key" else "right")
+        table.add_column(column, justify="left" if column == "key" else "right", overflow="fold")
 
     def cell(value) -> str:
         if value is None:
@@ -476,7 +513,7 @@ def compare(
 
     for r in rows:
         table.add_row(r["key"], cell(r["a"]), cell(r["b"]), cell(r["delta"]))
-    console.print(table)
+    _print_table(table)
 
 
 def _print_verdicts(outcome) -> None:

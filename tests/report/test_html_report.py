@@ -142,3 +142,26 @@ def test_run_report_has_loss_and_probe_curves_inlined(tmp_path):
     ]
     assert_inlines_every_figure(checker, tmp_path / "figures")
     assert "associative_recall" in " ".join(checker.text)  # the config is shown
+
+
+class _CrashingExecutor:
+    """Dies as soon as the runs are to execute (a crash or kill of the study's process)."""
+
+    name = "local"
+
+    def map(self, tasks):
+        raise RuntimeError("the study's process died")
+        yield  # pragma: no cover
+
+
+def test_every_run_link_resolves_after_a_fresh_rerun_that_stops(stub, tmp_path):
+    study = stub.make_study(("ok", "ok"))
+    study.run(preset="smoke", out=tmp_path, run_reports=True)
+    assert len(check_self_contained(tmp_path / "report.html").links) == 2
+    with pytest.raises(RuntimeError, match="process died"):  # --fresh deleted the runs
+        study.run(preset="smoke", out=tmp_path, fresh=True, executor=_CrashingExecutor())
+    if (tmp_path / "report.html").exists():
+        for link in check_self_contained(tmp_path / "report.html").links:
+            assert (tmp_path / link).is_file(), link
+    study.run(preset="smoke", out=tmp_path, fresh=True)  # no run reports: no links
+    assert check_self_contained(tmp_path / "report.html").links == []

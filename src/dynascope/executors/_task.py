@@ -7,13 +7,20 @@ Glossary:
               status (``finished``, ``diverged``, ``interrupted``, ``failed``) lives in its store.
     runner:   ``runner(config, run_dir, progress=False[, device="cpu"][, resume=False])``, a
               module-level function (picklable by reference).
+    stop:     SIGINT/SIGTERM while a runner executes in a process's main thread. A runner that
+              handles signals itself (the Trainer) checkpoints and returns ``interrupted``; any
+              other runner is stopped where it is (:class:`RunStopped`), and its store is marked
+              ``interrupted`` at its last logged step, so every runner can be stopped cleanly.
 """
 
 from __future__ import annotations
 
 import inspect
+import signal as signal_module
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +29,7 @@ from pydantic import BaseModel
 
 __all__ = [
     "RunOutcome",
+    "RunStopped",
     "RunTask",
     "execute_task",
     "record_failure",
@@ -102,24 +110,87 @@ def record_interrupted(run_dir: Path, signal: str) -> None:
         store.set_status(step, "interrupted")
 
 
+class RunStopped(KeyboardInterrupt):
+    """Raised inside a runner by the first SIGINT/SIGTERM (``signal``: its name).
+
+    A ``KeyboardInterrupt`` so that a runner's ``except Exception`` does not swallow it.
+    """
+
+    def __init__(self, signal: str) -> None:
+        super().__init__(signal)
+        self.signal = signal
+
+
+@contextmanager
+def _stop_on_signal() -> Iterator[None]:
+    """Within ``with``: the first SIGINT/SIGTERM raises :class:`RunStopped`, a second one a
+    plain ``KeyboardInterrupt`` (stop at once). A runner may install its own handlers inside
+    (the Trainer does) and restore these afterwards. Outside the main thread it does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    stopped: list[str] = []
+
+    def handle(signum: int, frame: object) -> None:
+        if stopped:
+            raise KeyboardInterrupt
+        stopped.append(signal_module.Signals(signum).name)
+        raise RunStopped(stopped[0])
+
+    previous = {
+        s: signal_module.signal(s, handle) for s in (signal_module.SIGINT, signal_module.SIGTERM)
+    }
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal_module.signal(signum, handler)
+
+
 def execute_task(task: RunTask) -> RunOutcome:
     """Run one task here; an exception is recorded in the run's store as ``failed``.
 
-    ``KeyboardInterrupt`` and ``SystemExit`` propagate (a stop is not a failure of the run).
-    A run directory held by another live process (:class:`~dynascope.store.RunLockedError`)
-    is not touched: the error is returned and the store is left to its owner.
+    A SIGINT/SIGTERM that reaches a runner without its own signal handling is recorded in the
+    run's store as ``interrupted`` (module docstring) and returned as the outcome's ``signal``.
+    A second signal and ``SystemExit`` propagate. A run directory held by another live process
+    (:class:`~dynascope.store.RunLockedError`) is not touched: the error is returned and the
+    store is left to its owner.
     """
+    with _stop_on_signal():
+        return _execute(task)
+
+
+def _execute(task: RunTask) -> RunOutcome:
     from dynascope.store import RunLockedError
 
     start = time.perf_counter()
+    stopped = None
     try:
         result = task.runner(task.config, task.run_dir, **task.kwargs)
+    except RunStopped as stop:
+        stopped = stop.signal  # recorded below, once the runner's frames (and store) are gone
     except RunLockedError as err:
         return RunOutcome(task.name, time.perf_counter() - start, f"RunLockedError: {err}")
     except Exception as err:  # one failed run is recorded; the others go on
         message = f"{type(err).__name__}: {err}"
         record_failure(task.run_dir, message)
         return RunOutcome(task.name, time.perf_counter() - start, message)
+    if stopped is not None:
+        _mark_stopped(task.run_dir, stopped)
+        return RunOutcome(task.name, time.perf_counter() - start, signal=stopped)
     return RunOutcome(
         task.name, time.perf_counter() - start, signal=getattr(result, "signal", None)
     )
+
+
+def _mark_stopped(run_dir: Path, signal: str) -> None:
+    """Record ``interrupted`` unless the run had already ended (its result stands)."""
+    from dynascope.store import load_run
+
+    try:
+        status = load_run(run_dir).status
+    except FileNotFoundError:
+        status = None
+    if status not in ("finished", "diverged", "failed"):
+        record_interrupted(run_dir, signal)

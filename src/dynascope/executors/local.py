@@ -1,7 +1,9 @@
 """The in-process executor: runs one after another in the calling process (the default).
 
 Signals behave as for ``dynascope run``: the runner's Trainer catches SIGINT/SIGTERM,
-checkpoints and returns ``interrupted``; the study stops there.
+checkpoints and returns ``interrupted``; a runner without its own signal handling is stopped
+where it is and its store marked ``interrupted`` (:func:`~dynascope.executors.execute_task`);
+the study stops there.
 """
 
 from __future__ import annotations

@@ -15,9 +15,11 @@ analyzes them and writes ``out/verdict.json``, ``out/figures/*.png`` and ``out/r
 A claim that does not hold is a result, not an error, and so is a run that diverges: the other
 runs go on and ``analyze`` sees its status. A run that fails with an exception (or whose
 process dies) is recorded as ``failed`` and the others go on. A run stopped by SIGINT/SIGTERM
-stops the study (:class:`StudyInterrupted`); running the study again resumes it: finished runs
-are kept, interrupted ones continue from their checkpoints, missing ones start
-(``studies/_plan.py``; ``out/study.json`` records what the directory holds).
+stops the study (:class:`StudyInterrupted`), whatever the runner: one that does not handle
+signals itself is stopped where it is and its store marked ``interrupted``
+(:mod:`dynascope.executors`). Running the study again resumes it: finished runs are kept,
+interrupted ones continue from their checkpoints (or restart, when their runner cannot resume),
+missing ones start (``studies/_plan.py``; ``out/study.json`` records what the directory holds).
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ __all__ = [
 ]
 
 PRESETS = ("smoke", "fast", "paper")
-_DONE = {"keep": "kept", "resume": "resumed", "start": "started"}  # what this call did to a run
+# what this call did to a run ("restarted": left unfinished, but its runner cannot resume)
+_DONE = {"keep": "kept", "resume": "resumed", "restart": "restarted", "start": "started"}
 
 
 @contextmanager
@@ -206,7 +209,8 @@ class Study:
         *,
         seed: int = 0,
         progress: bool = False,
-        on_run: Callable[[str, str, float], None] | None = None,
+        on_run: Callable[..., None] | None = None,
+        on_start: Callable[[], None] | None = None,
         executor: Executor | None = None,
         device: str | None = None,
         fresh: bool = False,
@@ -223,7 +227,12 @@ class Study:
             out: the study directory.
             seed: added to every run's seed.
             progress: show per-run progress bars (in-process executor only).
-            on_run: called as ``on_run(run_name, status, seconds)`` after each executed run.
+            on_run: called as ``on_run(run_name, status, seconds)`` after each executed run;
+                a callback that takes ``action`` also gets what this call did to the run
+                (``started``, ``resumed``, ``restarted``) and is called for each kept run
+                too (``action="kept"``, with its earlier seconds, before any run executes).
+            on_start: called once everything is checked and planned, before any run
+                executes (a refused call never reaches it).
             executor: where runs execute (:mod:`dynascope.executors`); default in-process.
             device: ``auto``, ``cpu`` or ``cuda``, passed to runners that take ``device``;
                 ``None`` leaves each run's own default.
@@ -231,7 +240,8 @@ class Study:
             run_reports: also write each run's ``report.html`` (loss and probe curves).
         Raises:
             ValueError: unknown preset or device, ``cuda`` without CUDA, ``out`` is a run
-                directory, or ``out`` holds runs of other configs (and not ``fresh``).
+                directory or cannot be created or written, or ``out`` holds runs of other
+                configs (and not ``fresh``).
             dynascope.store.RunLockedError: a run to execute is in use by another process.
             StudyInterrupted: a run was stopped by SIGINT/SIGTERM (rerun to continue).
         """
@@ -247,7 +257,8 @@ class Study:
         if (out / "metrics.sqlite").exists():
             raise ValueError(f"out: {str(out)!r} is a run directory, not a study directory")
         configs = {s.name: json.loads(json.dumps(s.config.model_dump(mode="json"))) for s in specs}
-        out.mkdir(parents=True, exist_ok=True)
+        _make_study_dir(out)
+        had_runs = _run_dirs(out)
         plan = plan_runs(out, self.name, preset, seed, configs, fresh=fresh)
         write_manifest(out, self.name, preset, seed, configs)
         (out / "runs").mkdir(exist_ok=True)
@@ -262,11 +273,20 @@ class Study:
             kwargs = runner_kwargs(spec.runner, **offered, resume=plan[spec.name] == "resume")
             if plan[spec.name] == "resume" and "resume" not in kwargs:
                 shutil.rmtree(out / "runs" / spec.name)  # this runner can only start over
+                plan[spec.name] = "restart"
             run_dir = (out / "runs" / spec.name).resolve()
             cuda = (device or getattr(spec.config, "device", "cpu")) == "cuda"
             tasks.append(RunTask(spec.name, spec.runner, spec.config, run_dir, kwargs, cuda))
+        if had_runs - _run_dirs(out):  # the old report would link to run reports now gone
+            (out / "report.html").unlink(missing_ok=True)
         start = time.perf_counter()
         seconds = _previous_seconds(out)
+        report = _reporter(on_run)
+        if on_start is not None:
+            on_start()
+        for name, action in plan.items():
+            if action == "keep":
+                report(name, load_run(out / "runs" / name).status, seconds.get(name), "kept")
         outcomes = executor.map(tasks)
         try:
             for outcome in outcomes:
@@ -276,9 +296,9 @@ class Study:
                 if not (out / "runs" / outcome.name / "metrics.sqlite").is_file():
                     record_failure(out / "runs" / outcome.name, "the runner wrote no store")
                 run = load_run(out / "runs" / outcome.name)
-                if on_run is not None:
-                    on_run(outcome.name, run.status or "unknown", outcome.seconds)
-                if run.status == "interrupted":  # from the store: any runner, any return value
+                report(outcome.name, run.status, outcome.seconds, _DONE[plan[outcome.name]])
+                # from the store (any runner, any return value), or a signal after the run ended
+                if run.status == "interrupted" or outcome.signal is not None:
                     _raise_interrupted(outcome.name, run, outcome.signal)
         finally:
             outcomes.close()  # an interrupted study stops the runs still executing
@@ -370,6 +390,46 @@ def resolve_device(device: str | None) -> str | None:
             "use --device cpu or auto"
         )
     return device
+
+
+def _make_study_dir(out: Path) -> None:
+    """Create ``out`` (and its parents) or say why it cannot be used.
+
+    Raises:
+        ValueError: naming ``out``, when it cannot be created or is not writable.
+    """
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise ValueError(
+            f"out: {str(out)!r} cannot be created ({reason}); choose another --out"
+        ) from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise ValueError(f"out: {str(out)!r} is not writable; choose another --out")
+
+
+def _run_dirs(out: Path) -> set[str]:
+    runs = out / "runs"
+    return {p.name for p in runs.iterdir() if p.is_dir()} if runs.is_dir() else set()
+
+
+def _reporter(on_run: Callable[..., None] | None) -> Callable[[str, Any, Any, str], None]:
+    """``report(name, status, seconds, action)`` calling ``on_run`` as it accepts (``run``)."""
+    from dynascope.executors import runner_kwargs
+
+    if on_run is None:
+        return lambda *args: None
+    takes_action = "action" in runner_kwargs(on_run, action=None)
+
+    def report(name: str, status: Any, seconds: Any, action: str) -> None:
+        if takes_action:
+            seconds = math.nan if seconds is None else float(seconds)
+            on_run(name, status or "unknown", seconds, action=action)
+        elif action != "kept":
+            on_run(name, status or "unknown", seconds)
+
+    return report
 
 
 def _previous_seconds(out: Path) -> dict[str, Any]:
