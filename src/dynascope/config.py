@@ -14,7 +14,8 @@ Every input is validated before anything is written. Errors are :class:`ConfigEr
 line naming the field, the value and what is allowed (:func:`format_validation_error`); a
 boolean where a number belongs (``steps: true``) is an error, not 1. Dotted
 overrides (``--set model.n_heads=4``) are applied to the raw mapping and go through the same
-validation. YAML is only ever read with a safe loader (``yaml.SafeLoader``, refusing repeated keys).
+validation. YAML is only ever read with ``yaml.safe_load``, after a check that refuses
+repeated keys.
 """
 
 from __future__ import annotations
@@ -494,22 +495,40 @@ class _DuplicateKeyError(ValueError):
     """A YAML mapping names the same key twice."""
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a mapping with a repeated key.
+def _check_unique_keys(text: str) -> None:
+    """Refuse a YAML mapping with a repeated key (scalar keys compared by tag and text).
 
     PyYAML keeps the last value of a repeated key silently; in a config that hides a typo
-    (``lr`` set twice, the first one ignored), so it is bad input here.
-    """
+    (``lr`` set twice, the first one ignored), so it is bad input here. The document is composed
+    with the safe loader (nodes only, nothing constructed); a node shared through an alias is
+    visited once, so alias bombs stay cheap.
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                line = key_node.start_mark.line + 1
-                raise _DuplicateKeyError(f"duplicate key {key!r} at line {line}")
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+    Raises:
+        _DuplicateKeyError: naming the key and its line.
+        yaml.YAMLError: if the text is not YAML.
+    """
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    stack, seen_nodes = [root] if root is not None else [], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            keys: set[tuple[str, str]] = set()
+            for key_node, value_node in node.value:
+                if (
+                    isinstance(key_node, yaml.ScalarNode)
+                    and key_node.tag != "tag:yaml.org,2002:merge"
+                ):
+                    key = (key_node.tag, key_node.value)
+                    if key in keys:
+                        line = key_node.start_mark.line + 1
+                        raise _DuplicateKeyError(f"duplicate key {key_node.value!r} at line {line}")
+                    keys.add(key)
+                stack.extend((key_node, value_node))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
 
 
 def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None) -> RunConfig:
@@ -525,7 +544,9 @@ def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None
     if not path.is_file():
         raise ConfigError(f"config file: no such file: {str(path)!r}")
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506
+        text = path.read_text(encoding="utf-8")
+        _check_unique_keys(text)
+        data = yaml.safe_load(text)
     except _DuplicateKeyError as err:
         raise ConfigError(f"config file {str(path)!r}: {err}") from None
     except yaml.YAMLError as err:
