@@ -70,15 +70,12 @@ PAPER_LAYER_SAVING = 0.70  # S8: "on average over 70% fewer layers" than ViT (re
 Agg = Literal["sum", "min", "max", "median", "mode"]
 
 
-class VectorPVRRunConfig(BaseModel):
-    """One model trained on vector PVR (m, agg, holdout) and evaluated on both test sets."""
+class TokenModelRunConfig(BaseModel):
+    """Model, optimisation and data-size fields shared by every PVR run of S8 (hop and vector):
+    the fixed-depth baseline, UT-ACT and Hyper-UT sizes, ACT settings, and training budget."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    model: Literal["fixed", "ut_act", "hyper_ut"]
-    complexity: int = Field(1, ge=0, le=9, description="m")
-    agg: Agg = "sum"
-    holdout: int = Field(1, ge=0, description="held-out window permutations (effective k)")
     d_model: int = Field(64, ge=2)
     n_heads: int = Field(4, ge=1)
     d_mlp: int = Field(128, ge=1)
@@ -96,6 +93,17 @@ class VectorPVRRunConfig(BaseModel):
     log_every: int = Field(25, ge=1)
     seed: int = Field(0, ge=0)
     data_seed: int = Field(0, ge=0)
+
+
+class VectorPVRRunConfig(TokenModelRunConfig):
+    """One model trained on vector PVR (m, agg, holdout) and evaluated on both test sets."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: Literal["fixed", "ut_act", "hyper_ut"]
+    complexity: int = Field(1, ge=0, le=9, description="m")
+    agg: Agg = "sum"
+    holdout: int = Field(1, ge=0, description="held-out window permutations (effective k)")
 
 
 class DigitsRunConfig(BaseModel):

@@ -62,6 +62,7 @@ from dynascope.store import Run, RunStore
 from dynascope.studies._hyper_ut_paper import (
     DigitsComparison,
     DigitsRunConfig,
+    TokenModelRunConfig,
     VectorPVRRunConfig,
     VectorSweep,
     VisualPVRSweep,
@@ -100,7 +101,7 @@ U3_GAP = 0.0
 MODELS = ("fixed", "ut_act", "hyper_ut")
 
 
-class PVRRunConfig(BaseModel):
+class PVRRunConfig(TokenModelRunConfig):
     """One model trained on hop-PVR and evaluated per hop count."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -109,23 +110,6 @@ class PVRRunConfig(BaseModel):
     length: int = Field(10, ge=2, le=10, description="L digits")
     train_hops: list[int] = Field(default_factory=lambda: [1, 2, 3, 4], min_length=1)
     eval_hops: list[int] = Field(default_factory=lambda: [1, 2, 3, 4, 5], min_length=2)
-    d_model: int = Field(64, ge=2)
-    n_heads: int = Field(4, ge=1)
-    d_mlp: int = Field(128, ge=1)
-    n_layers: int = Field(2, ge=1, description="fixed-depth baseline only")
-    act_max_steps: int = Field(8, ge=1)
-    halting: Literal["basic", "global"] = "global"
-    act_epsilon: float = Field(0.01, gt=0, lt=1)
-    act_loss_weight: float = Field(0.01, ge=0)
-    n_banks: int = Field(4, ge=1)
-    n_train: int = Field(20_000, ge=1)
-    batch_size: int = Field(64, ge=1)
-    steps: int = Field(1500, ge=1)
-    lr: float = Field(1e-3, gt=0)
-    eval_size: int = Field(1000, ge=1)
-    log_every: int = Field(25, ge=1)
-    seed: int = Field(0, ge=0)
-    data_seed: int = Field(0, ge=0)
 
 
 class HyperUTPresets(BaseModel):
