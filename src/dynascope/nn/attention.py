@@ -226,7 +226,7 @@ class MultiHeadAttention(nn.Module):
         listened = self.hook_attn_scores.has_listener or self.hook_pattern.has_listener
         if self.kind not in ("softmax", "linear") or self.relative_position is not None:
             return self._hypernetwork_forward(q, k, v, mask)
-        if self.kind == "softmax" and not listened:
+        if self.kind == "softmax" and not listened and not _in_functorch_transform(q):
             z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
         else:
             scores = self.hook_attn_scores(self.scale * q @ k.transpose(-1, -2))
@@ -276,3 +276,13 @@ class MultiHeadAttention(nn.Module):
         if self.b_O is not None:
             out = out + self.b_O
         return out
+
+
+def _in_functorch_transform(t: Tensor) -> bool:
+    """Whether ``t`` is wrapped by a torch.func transform (vmap, grad, jvp).
+
+    Fused SDPA has no batching rule under ``vmap`` on CPU (a per-example fallback loop, with a
+    warning) and no forward-AD rule, so under a transform attention takes the explicit path;
+    both paths compute the same function (tests/nn/test_attention.py).
+    """
+    return torch._C._functorch.is_functorch_wrapped_tensor(t)
