@@ -21,8 +21,16 @@ from torch import nn
 from dynascope.config import ConfigError
 from dynascope.nn import Transformer
 from dynascope.store import load_run
-from dynascope.train import Engine, Loop, LRSchedule, Member, Parts, SeedStreams, lr_factor
-from dynascope.train import stream_seed
+from dynascope.train import (
+    Engine,
+    Loop,
+    LRSchedule,
+    Member,
+    Parts,
+    SeedStreams,
+    lr_factor,
+    stream_seed,
+)
 
 W_TEACHER = torch.linspace(-1.0, 1.0, 15).reshape(5, 3)
 
@@ -159,6 +167,17 @@ def test_member_lr_scale_equals_a_lone_run_at_that_rate(tmp_path):
     Engine(members, _mlp_parts("sgd", lr=0.05), _loop()).run()
     lone, ens = _rows(tmp_path / "lone7"), _rows(tmp_path / "ens7")
     np.testing.assert_allclose(ens["value"], lone["value"], rtol=1e-10, atol=1e-12)
+
+
+def test_members_built_with_their_own_lr_equal_lone_runs_at_that_lr(tmp_path):
+    def build(streams):
+        return _mlp_parts("adam", lr=0.05 * (1 + streams.seed))(streams)
+
+    for m in _members(tmp_path, "lone", [0, 2]):
+        Engine(m, build, _loop()).run()
+    Engine(_members(tmp_path, "ens", [0, 2]), build, _loop()).run()
+    for seed in [0, 2]:
+        _assert_runs_close(tmp_path / f"lone{seed}", tmp_path / f"ens{seed}", rtol=1e-10)
 
 
 def test_a_diverged_member_is_frozen_and_the_others_go_on(tmp_path):

@@ -154,9 +154,10 @@ class Parts:
             the end, in eval mode under ``no_grad`` (the mode is restored). A ``val.loss`` key
             that is not finite stops the run as diverged.
         probes: callables ``probe(model, ctx) -> {key: value}`` (a
-            :class:`~dynascope.probes.Probe`, or a plain function) run by a Monitor.
-        probe_schedule: when probes run (default: every ``loop.probe_every`` steps, or at
-            step 0 and the end).
+            :class:`~dynascope.probes.Probe`, or a plain function) run by a Monitor, each
+            alone or as ``(probe, schedule)`` with a schedule of its own.
+        probe_schedule: when probes without their own schedule run (default: every
+            ``loop.probe_every`` steps, or at step 0 and the end).
         probe_batch: the batch every probe step sees (``ctx.batch``).
         extra_loss: added to the loss before backward and not logged in ``train.loss``
             (an explicit L2 penalty); logged as ``train.<name>`` at log steps.
@@ -211,7 +212,7 @@ class _MemberState:
     member: Member
     parts: Parts
     store: Any = None
-    monitor: Monitor | None = None
+    monitor: _Monitors | None = None
     data_gen: torch.Generator | None = None
     step_gen: torch.Generator | None = None
     loss_sum: Tensor = field(default_factory=lambda: torch.zeros((), dtype=torch.float64))
@@ -227,9 +228,9 @@ class Engine:
 
     Args:
         members: one :class:`Member` (a lone run) or K of them (an ensemble).
-        build: ``build(streams) -> Parts``, called once per member with that member's
-            :class:`~dynascope.train.seeding.SeedStreams` after the global RNGs were seeded
-            from its ``init`` stream.
+        build: ``build(streams) -> Parts``, called once per member, in the order of
+            ``members``, with that member's :class:`~dynascope.train.seeding.SeedStreams` after
+            the global RNGs were seeded from its ``init`` stream.
         loop: steps, schedules, clipping, threads, device and dtype.
         progress: show a progress bar on the terminal.
         bf16: loss under bf16 autocast (CUDA only); weights, probes and evaluation stay in
@@ -398,12 +399,12 @@ class Engine:
         loop = self.loop
         start = self._start(resume)
         for s in self.states:
-            schedule = s.parts.probe_schedule or (
+            default = s.parts.probe_schedule or (
                 EveryN(loop.probe_every, also=[loop.steps])
                 if loop.probe_every
                 else EveryN(loop.steps, also=[0])
             )
-            s.monitor = Monitor(s.parts.model, list(s.parts.probes), schedule, s.store)
+            s.monitor = _Monitors(s.parts.model, s.parts.probes, default, s.store)
             s.parts.model.train()
         probe_batches = [self._to_device(s.parts.probe_batch) for s in self.states]
         fixed = [
@@ -445,7 +446,7 @@ class Engine:
                 due = [
                     i
                     for i, s in enumerate(self.states)
-                    if s.status == "running" and s.monitor.schedule.due(step)
+                    if s.status == "running" and s.monitor.due(step)
                 ]
                 if due:  # probes must not read non-finite weights
                     self._sync()
@@ -495,9 +496,10 @@ class Engine:
     def _update(self, step: int, batches: list[Batch]) -> tuple[Tensor, dict[str, Tensor]]:
         """One step for every member; returns the losses ``[K]`` and metrics ``{key: [K]}``."""
         factor = self.loop.schedule.factor(step - 1, self.loop.steps)
-        if self.optimizer is not None:
+        if self.optimizer is not None:  # an ensemble's lr scales act on its update (Stack)
+            scale = 1.0 if self.stack is not None else self.states[0].member.lr_scale
             for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
-                group["lr"] = base * factor
+                group["lr"] = base * factor * scale
         first = self.states[0]
         if first.parts.step is not None:
             ctx = StepContext(step, factor, first.step_gen, self.optimizer)
@@ -547,7 +549,7 @@ class Engine:
                 row["train.lr"] = (
                     self.base_lrs[0]
                     * self.loop.schedule.factor(step - 1, self.loop.steps)
-                    * s.member.lr_scale
+                    * (self.stack.member_scales[i] if self.stack is not None else s.member.lr_scale)
                 )
             for k, total in zip(keys, sums[2:], strict=True):
                 row[f"train.{k}"] = total / sums[1]
@@ -622,7 +624,7 @@ class Engine:
                 "generator": s.data_gen.get_state(),
                 "step_generator": s.step_gen.get_state(),
                 **rng,
-                "probes": [_state_dict(p) for p in s.parts.probes],
+                "probes": [_state_dict(p) for p in _probe_fns(s.parts.probes)],
                 "step_state": _state_dict(s.parts.step),
                 "loss_sum": s.loss_sum.detach().cpu().clone(),
                 "loss_count": s.loss_count,
@@ -650,7 +652,8 @@ class Engine:
             own = ranks[self.dist.rank] if len(ranks) == self.dist.world_size else state
             s.data_gen.set_state(own["generator"])
             s.step_gen.set_state(state["step_generator"])
-            for probe, probe_state in zip(s.parts.probes, state.get("probes", []), strict=False):
+            probes = _probe_fns(s.parts.probes)
+            for probe, probe_state in zip(probes, state.get("probes", []), strict=False):
                 if probe_state is not None:
                     probe.load_state_dict(probe_state)
             if state.get("step_state") is not None:
@@ -684,6 +687,29 @@ def _split(output: StepOutput) -> tuple[Tensor, Mapping[str, Tensor]]:
         loss, metrics = output
         return loss, metrics
     return output, {}
+
+
+class _Monitors:
+    """One :class:`~dynascope.monitor.Monitor` per schedule among a member's probes."""
+
+    def __init__(self, model: nn.Module, probes: Sequence[Any], default: Schedule, sink: Any):
+        by_schedule: dict[int, tuple[Schedule, list]] = {}
+        for entry in probes:
+            probe, schedule = entry if isinstance(entry, tuple) else (entry, default)
+            by_schedule.setdefault(id(schedule), (schedule, []))[1].append(probe)
+        self.monitors = [Monitor(model, p, sched, sink) for sched, p in by_schedule.values()]
+
+    def due(self, step: int) -> bool:
+        return any(m.probes and m.schedule.due(step) for m in self.monitors)
+
+    def step(self, step: int, batch: Batch | None) -> None:
+        for monitor in self.monitors:
+            monitor.step(step, batch)
+
+
+def _probe_fns(probes: Sequence[Any]) -> list[Any]:
+    """The probe callables of ``Parts.probes`` (entries are a probe or ``(probe, schedule)``)."""
+    return [entry[0] if isinstance(entry, tuple) else entry for entry in probes]
 
 
 def _one_member(output: StepOutput) -> tuple[Tensor, dict[str, Tensor]]:

@@ -47,15 +47,28 @@ class _LossCall(nn.Module):
         return self.loss_fn(self.model, batch)
 
 
+def _lr_ratio(optimizer: torch.optim.Optimizer, first: torch.optim.Optimizer) -> float:
+    """The member's learning rate over member 0's, the same in every group.
+
+    Raises:
+        dynascope.config.ConfigError: if the ratio differs between groups.
+    """
+    ratios = [g["lr"] / f["lr"] for g, f in zip(optimizer.param_groups, first.param_groups)]
+    if any(abs(r - ratios[0]) > 1e-12 * abs(ratios[0]) for r in ratios):
+        raise ConfigError("members: a member's learning rates must be one multiple of member 0's")
+    return float(ratios[0]) if ratios else 1.0
+
+
 class Stack:
     """The members' parameters stacked ``[K, ...]`` with one optimizer over them.
 
     Args:
         models: K modules with equal parameter names and shapes (member k's own module).
         optimizers: K builders ``optimizer(model)``; member 0's groups and hyperparameters are
-            used on the stack, and every member's must match them (learning rates aside: a
-            member's rate is its ``lr_scale`` times member 0's).
-        lr_scales: K factors multiplying each member's update.
+            used on the stack, and every member's must match them, learning rates aside: a
+            member built with ``c`` times member 0's rates (the same ``c`` in every group)
+            has its update scaled by ``c`` (a learning-rate sweep as one ensemble).
+        lr_scales: K further factors multiplying each member's update.
     Raises:
         dynascope.config.ConfigError: parameter names/shapes or optimizer settings differ.
     """
@@ -76,7 +89,11 @@ class Stack:
         self.buffers: dict[str, Tensor] = buffers
         built = [fn(m) for fn, m in zip(optimizers, self.models, strict=True)]
         self.optimizer = self._stacked_optimizer(built)
-        scales = torch.tensor(list(lr_scales), dtype=torch.float64)
+        ratios = [_lr_ratio(o, built[0]) for o in built]  # members built with their own lr
+        scales = torch.tensor(
+            [r * s for r, s in zip(ratios, lr_scales, strict=True)], dtype=torch.float64
+        )
+        self.member_scales = scales.tolist()  # each member's rate over the stack's base rate
         self.lr_scales = None if bool((scales == 1).all()) else scales
         self._wrapper: _LossCall | None = None
 
