@@ -78,9 +78,14 @@ def test_study_run_all_prints_the_suite_table_and_study_table_writes_markdown(
     assert result.exit_code == 0, result.output
     text = docs.read_text()
     assert "`dynascope study run --all --preset smoke`" in text
-    row = r"^\| stub-a \| s1 \| -?[0-9.e+-]+ \| 0 \| (yes|no) \| [0-9.]+ \| sum of last x \|$"
+    row = (
+        r"^\| stub-a \| s1 \| (held|not held) \| -?[0-9.e+-]+ \| unknown 0 \| no seeds \| "
+        r"no control \| [0-9.]+ \| sum of last x \|$"
+    )  # the stub's verdicts are legacy: no seeds, no control, no direction in their detail
     assert re.search(row, text, re.M)
-    assert "| stub-b | s2 | 1 | 1 | yes |  | finished runs |" in text  # one of two finished
+    # one of two finished
+    assert "| stub-b | s2 | held | 1 | unknown 1 | no seeds | no control |  | finished runs |" in text
+    assert "4 without seeds or control" in text  # 2 studies x 2 claims
 
     del stub_registry["stub-b"]
     stub_registry["stub-c"] = stub_registry["stub-a"]  # registered, never run here

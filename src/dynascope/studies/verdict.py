@@ -58,6 +58,7 @@ __all__ = [
     "Precondition",
     "Verdict",
     "judge",
+    "legacy_direction",
     "seed_passes",
 ]
 
@@ -70,6 +71,13 @@ RULES = {
 }
 # how legacy details write their comparison ("measured <= threshold; ...")
 _LEGACY_DIRECTION = re.compile(r"measured\s*(<=|>=|==|<|>)\s*threshold")
+
+
+def legacy_direction(detail: str) -> str:
+    """The comparison a legacy verdict's ``detail`` states (``measured <= threshold`` ...):
+    ``<=``, ``>=``, ``==``, ``<`` or ``>``; ``unknown`` when it states none."""
+    found = _LEGACY_DIRECTION.search(detail)
+    return found.group(1) if found else "unknown"
 
 
 def _floats(values: Any) -> tuple[float, ...]:
@@ -229,8 +237,7 @@ class Verdict:
             put("legacy", True)
             put("status", "held" if self.passed else "not held")
             if self.direction is None:
-                found = _LEGACY_DIRECTION.search(self.detail)
-                put("direction", found.group(1) if found else "unknown")
+                put("direction", legacy_direction(self.detail))
         else:
             if self.status not in STATUSES:
                 raise ValueError(
