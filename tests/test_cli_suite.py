@@ -84,7 +84,9 @@ def test_study_run_all_prints_the_suite_table_and_study_table_writes_markdown(
     )  # the stub's verdicts are legacy: no seeds, no control, no direction in their detail
     assert re.search(row, text, re.M)
     # one of two finished
-    assert "| stub-b | s2 | held | 1 | unknown 1 | no seeds | no control |  | finished runs |" in text
+    assert (
+        "| stub-b | s2 | held | 1 | unknown 1 | no seeds | no control |  | finished runs |" in text
+    )
     assert "4 without seeds or control" in text  # 2 studies x 2 claims
 
     del stub_registry["stub-b"]

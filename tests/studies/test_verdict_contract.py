@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+from importlib.util import resolve_name
 
 import pytest
 
@@ -55,7 +56,7 @@ def _study_modules(module_name: str, seen: set[str] | None = None) -> set[str]:
         if isinstance(node, ast.ImportFrom):
             target = node.module or ""
             if node.level:
-                target = importlib.util.resolve_name("." * node.level + target, "dynascope.studies.x")
+                target = resolve_name("." * node.level + target, "dynascope.studies.x")
             if target.startswith("dynascope.studies."):
                 _study_modules(target, seen)
     return seen
@@ -87,7 +88,9 @@ def test_the_set_of_studies_with_legacy_verdicts_is_the_shrinking_allow_list():
     ported = LEGACY_STUDIES - set(found)
     assert not ported, f"ported to judge(): remove {sorted(ported)} from LEGACY_STUDIES"
     new = set(found) - LEGACY_STUDIES
-    assert not new, f"legacy Verdict(...) calls in studies not on the list: { {n: found[n] for n in new} }"
+    assert not new, (
+        f"legacy Verdict(...) calls in studies not on the list: { {n: found[n] for n in new} }"
+    )
 
 
 def test_the_detector_finds_legacy_calls_and_ignores_judged_ones():
