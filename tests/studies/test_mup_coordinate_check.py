@@ -83,6 +83,9 @@ def test_each_control_fails_its_claim_at_smoke_scale(smoke_out):
     assert c1.direction == ">=" and c2.direction == "<="
     assert c1.control.measured < 4.0 < c2.control.measured
     assert data["seed"] == 0
+    report = (out / "report.html").read_text()
+    assert "muP + Adam, the same logits ratio" in report and "not held (" in report
+    assert "the widths span w_max / w_min &gt;= 8" in report
 
 
 def test_a_narrow_width_sweep_fails_the_precondition(tmp_path):

@@ -49,6 +49,12 @@ claim now says that. Until issue 18 the slopes were fitted to the seed means ove
 per-seed form and 5 seeds in ``fast`` were fixed, threshold unchanged, before any per-seed slope
 was computed.
 
+Measured under the contract (fast, 5 seeds, 2026-12-02; 56 s CPU, 188-263 s wall on the
+shared machine): mean per-seed slopes u1 -0.88 / -0.97 / -0.90 (MLP / RNN / attention), u2
+-0.60 / -0.89 / -1.04, controls +0.03 / +0.02 / +0.05: all six held, controls not held. With
+``--seed 1000``: u1 -0.97 / -1.03 / -1.18, u2 -0.55 / -0.92 / -1.05, all held; the MLP's u2 is
+marginal (per-seed -0.40, -0.38, -0.98, -0.45, -0.55: 4 of 5 pass).
+
 Measured on the fast preset before issue 18 (widths 64-512, 3 seeds; 31 s CPU on one thread,
 66 s wall on the shared machine), slopes of the seed means: u1 -0.81 (MLP), -0.99 (RNN), -0.95
 (attention); u2 -0.41, -0.96, -1.06. The kernel change falls faster than the -1/2 guide, close
