@@ -89,3 +89,13 @@ def test_probe_table_names_real_probes_and_keys(tmp_path):
             run.tensors(key)  # raises KeyError if absent
         else:
             assert key in logged, key
+
+
+def test_engine_snippet_trains_a_seed_ensemble(tmp_path, monkeypatch, capsys):
+    code = _block_after("## Training on the engine")
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, str(README), "exec"), {})
+    assert capsys.readouterr().out.strip() == str(["finished"] * 4)
+    losses = [ds.load_run(tmp_path / f"runs/ens/seed{k}").scalar("train.loss") for k in range(4)]
+    assert all(len(s) == 10 and s.iloc[-1] < s.iloc[0] for s in losses)
+    assert len({float(s.iloc[-1]) for s in losses}) == 4  # four seeds, four runs
