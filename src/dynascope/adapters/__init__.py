@@ -33,9 +33,10 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
+from dynascope.nn.attention import autodiff_transform_active as autodiff_transform_active
 from dynascope.nn.capture import CapturePoint
 
-from ._hf import gpt2_pattern, gpt2_view, llama_pattern, llama_view
+from ._hf import eager_attention, gpt2_pattern, gpt2_view, llama_pattern, llama_view
 from ._torch import multihead_attention_pattern, multihead_attention_view
 from ._view import AttentionView as AttentionView
 
@@ -43,6 +44,8 @@ __all__ = [
     "AttentionView",
     "attention_views",
     "capture_patterns",
+    "explicit_attention",
+    "autodiff_transform_active",
     "register_adapter",
     "stack_views",
     "supported_architectures",
@@ -249,3 +252,31 @@ def capture_patterns(model: nn.Module) -> Iterator[dict[str, Tensor]]:
     finally:
         for handle in handles:
             handle.remove()
+
+
+@contextmanager
+def explicit_attention(model: nn.Module) -> Iterator[None]:
+    """Inside the block, ``model``'s attention computes its softmax explicitly (no fused kernel).
+
+    Forward-mode AD (``torch.func.jvp``, hence ``empirical_ntk(strategy="jvp_vjp")``,
+    ``linearize`` and the NFK embedding) has no rule for ``F.scaled_dot_product_attention`` on
+    CPU. dynascope's own attention switches itself while a forward-AD level is open
+    (:func:`autodiff_transform_active`); Hugging Face models are switched here to their eager
+    implementation (``config._attn_implementation = "eager"``) and get the caller's setting
+    back on exit, also when the block raises. :func:`dynascope.probes.model_function` enters
+    this block on every call, so kernels built from a module need nothing more; wrap calls on
+    a hand-written ``model_fn`` / ``score_fn`` over a Hugging Face model in it::
+
+        with explicit_attention(model):
+            emb = nfk_embedding(score_fn, params, x)
+
+    Both paths compute the same function (tests compare the jvp strategies with the Jacobian
+    one on dynascope's Transformer and a tiny random GPT-2 with SDPA attention).
+
+    Args:
+        model: any module; modules without a fused attention backend are left alone.
+    Returns:
+        A context manager yielding nothing.
+    """
+    with eager_attention(model):
+        yield

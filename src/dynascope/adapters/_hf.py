@@ -40,6 +40,8 @@ from __future__ import annotations
 
 import inspect
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -48,7 +50,7 @@ from torch import Tensor, nn
 from ._inputs import bind_inputs, project
 from ._view import AttentionView, heads_from_columns, heads_from_rows, slices
 
-__all__ = ["gpt2_pattern", "gpt2_view", "llama_pattern", "llama_view"]
+__all__ = ["eager_attention", "gpt2_pattern", "gpt2_view", "llama_pattern", "llama_view"]
 
 _GPT2 = ("transformers.models.gpt2.modeling_gpt2", "GPT2Attention")
 # Classes whose forward is LlamaAttention's (rotate-half RoPE, float32 eager softmax, mask as
@@ -74,6 +76,47 @@ def _require_transformers_5(module: nn.Module) -> None:
             f"capture_patterns recomputes {type(module).__name__} patterns with the attention-mask "
             f"semantics of transformers>=5 (got transformers {version})"
         )
+
+
+# ------------------------------------------------------------------------ attention backend
+
+
+def _attention_configs(model: nn.Module) -> list[Any]:
+    """Every distinct config of the Hugging Face (sub)models in ``model`` and their sub-configs,
+    parents before children (so a restore in this order is exact)."""
+    source = sys.modules.get("transformers.modeling_utils")  # not imported -> no HF model
+    pretrained = getattr(source, "PreTrainedModel", None)
+    if pretrained is None:
+        return []
+    seen: dict[int, Any] = {}
+    queue = [m.config for m in model.modules() if isinstance(m, pretrained)]
+    while queue:
+        config = queue.pop(0)
+        if id(config) in seen or not hasattr(config, "_attn_implementation"):
+            continue
+        seen[id(config)] = config
+        queue.extend(getattr(config, key, None) for key in getattr(config, "sub_configs", {}))
+    return list(seen.values())
+
+
+@contextmanager
+def eager_attention(model: nn.Module) -> Iterator[None]:
+    """Run every Hugging Face (sub)model inside ``model`` with the eager attention kernel.
+
+    transformers reads ``config._attn_implementation`` at each forward (masks and kernel), so
+    setting it to ``"eager"`` switches SDPA / flash models to the explicit softmax; on exit
+    every config gets its own previous value back, also when the block raises. A model without
+    Hugging Face submodels is left alone.
+    """
+    configs = _attention_configs(model)
+    saved = [config._attn_implementation for config in configs]
+    try:
+        for config in configs:
+            config._attn_implementation = "eager"
+        yield
+    finally:
+        for config, value in zip(configs, saved, strict=True):
+            config._attn_implementation = value
 
 
 # ---------------------------------------------------------------------------------------- GPT-2

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, jvp
 
+from dynascope.adapters import explicit_attention
 from dynascope.probes._kernels_analytic import kernel_gd, relu_kernels
 from dynascope.probes._kernels_entk import ModelFn, entk_jacobian, entk_jvp_vjp, quiet_functorch
 from dynascope.probes.base import Probe, ProbeContext, register_probe
@@ -62,7 +63,10 @@ def model_function(
             for attention only); ``None`` takes every parameter. The others stay fixed at their
             current (detached) values.
     Returns:
-        ``model_fn(params, x) -> [n, d_out]`` and ``params`` (detached tensors, by name).
+        ``model_fn(params, x) -> [n, d_out]`` and ``params`` (detached tensors, by name). Each
+        call runs inside :func:`dynascope.adapters.explicit_attention`, so forward-mode AD
+        (``strategy="jvp_vjp"``, :func:`linearize`) works on Hugging Face models whatever
+        their attention backend (switched to eager for the call, restored after it).
     Raises:
         ValueError: if ``include`` selects no parameter.
     """
@@ -77,7 +81,8 @@ def model_function(
     buffers = dict(model.named_buffers())
 
     def model_fn(params: dict[str, Tensor], x: Tensor) -> Tensor:
-        out = functional_call(model, {**frozen, **buffers, **params}, (x,))
+        with explicit_attention(model):  # forward-mode AD needs the explicit softmax
+            out = functional_call(model, {**frozen, **buffers, **params}, (x,))
         return out.reshape(out.shape[0], -1)
 
     return model_fn, chosen
