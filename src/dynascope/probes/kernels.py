@@ -396,8 +396,9 @@ class NTKDrift(Probe):
         input_key: the batch entry holding the inputs.
         chunk_size: passed to :func:`empirical_ntk`.
     Raises:
-        ValueError: ``n_examples < 1``; (call) a first call with neither ``x`` nor
-            ``ctx.batch[input_key]`` returns ``{}`` rather than raising.
+        ValueError: ``n_examples < 1``; (call) if no probe batch is held (no ``x``, no earlier
+            call) and ``ctx.batch`` has no ``input_key``, as :class:`AttentionEntropy` does (a
+            Hugging Face callback steps the monitor without a batch: pass ``x``).
     """
 
     def __init__(
@@ -435,7 +436,11 @@ class NTKDrift(Probe):
     def measure(self, model: nn.Module, ctx: ProbeContext) -> dict[str, Tensor | float]:
         if self.x is None:
             if ctx.batch is None or self.input_key not in ctx.batch:
-                return {}
+                got = "no batch" if ctx.batch is None else f"batch keys {sorted(ctx.batch)}"
+                raise ValueError(
+                    "ntk_drift needs inputs: pass x= when constructing it, or a batch with key "
+                    f"{self.input_key!r} to monitor.step(step, batch) (got {got})"
+                )
             self.x = ctx.batch[self.input_key][: self.n_examples].detach().clone()
         device = next(model.parameters()).device
         # eval mode (restored by Probe.__call__): the kernel of the deterministic f(x; θ), with
