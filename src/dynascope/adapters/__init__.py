@@ -17,6 +17,7 @@ from shapes. Registered here, in this order:
     torch.nn.MultiheadAttention       ``_torch.py``: packed ``in_proj_weight`` or separate weights
     transformers.GPT2Attention        ``_hf.py``: fused ``Conv1D`` ``c_attn`` ``[in, out]``
     transformers.LlamaAttention-like  ``_hf.py``: ``q_proj/k_proj/v_proj/o_proj``, grouped K/V
+    transformers.Phi3Attention-like   ``_hf.py``: fused ``qkv_proj`` (Q | K | V rows), ``o_proj``
 
 :func:`capture_patterns` reads every attention pattern: through a ``hook_pattern``
 :class:`~dynascope.nn.CapturePoint` where the module has one, otherwise by recomputing the
@@ -36,7 +37,15 @@ from torch import Tensor, nn
 from dynascope.nn.attention import autodiff_transform_active as autodiff_transform_active
 from dynascope.nn.capture import CapturePoint
 
-from ._hf import eager_attention, gpt2_pattern, gpt2_view, llama_pattern, llama_view
+from ._hf import (
+    eager_attention,
+    fused_qkv_view,
+    gpt2_pattern,
+    gpt2_view,
+    llama_pattern,
+    llama_view,
+    phi3_pattern,
+)
 from ._torch import multihead_attention_pattern, multihead_attention_view
 from ._view import AttentionView as AttentionView
 
@@ -110,6 +119,7 @@ register_adapter(
 )
 register_adapter("transformers.GPT2Attention", gpt2_view, gpt2_pattern)
 register_adapter("transformers.LlamaAttention-like", llama_view, llama_pattern)
+register_adapter("transformers.Phi3Attention-like", fused_qkv_view, phi3_pattern)
 
 
 def _owners(model: nn.Module) -> Iterator[tuple[str, nn.Module, str, AttentionView]]:
