@@ -175,9 +175,14 @@ def resume(
     from dynascope.store import RunLockedError, UnsafeCheckpointError
 
     try:
-        cfg = load_config(run_dir / "config.yaml")
-        trainer = Trainer(cfg, run_dir, progress=progress and sys.stderr.isatty())
-        result = trainer.run(resume=True)
+        if (run_dir / "runner.json").is_file():  # a study's run: its own build, on the engine
+            from dynascope.studies.engine_runs import resume_run
+
+            result = resume_run(run_dir, progress=progress and sys.stderr.isatty())
+        else:
+            cfg = load_config(run_dir / "config.yaml")
+            trainer = Trainer(cfg, run_dir, progress=progress and sys.stderr.isatty())
+            result = trainer.run(resume=True)
     except (ConfigError, RunLockedError, UnsafeCheckpointError, sqlite3.DatabaseError) as err:
         _fail(str(err))
     _report_result(result)
