@@ -248,3 +248,24 @@ def test_explicit_attention_restores_the_callers_backend_also_on_error(implement
     plain = _transformer()
     with explicit_attention(plain):  # no Hugging Face submodel: nothing to switch
         pass
+
+
+def test_jvp_vjp_entk_on_torch_multihead_attention_and_fastpath_restored():
+    """nn.MultiheadAttention in eval mode takes a fused fast path without a forward-AD rule;
+    model_function switches it off per call (need_weights=True, the default) and restores it."""
+    torch.manual_seed(0)
+
+    class SelfAttention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = nn.MultiheadAttention(6, 2, batch_first=True)
+
+        def forward(self, x):
+            return self.attn(x, x, x)[0]
+
+    model = SelfAttention().to(F64).eval()
+    x = _vectors(6)
+    model_fn, params = model_function(model)
+    K = empirical_ntk(model_fn, params, x, strategy="jvp_vjp")
+    assert torch.backends.mha.get_fastpath_enabled()
+    assert_close(K, _ntk_oracle(model_fn, params, x), **TOL)

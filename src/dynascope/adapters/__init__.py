@@ -46,7 +46,7 @@ from ._hf import (
     llama_view,
     phi3_pattern,
 )
-from ._torch import multihead_attention_pattern, multihead_attention_view
+from ._torch import multihead_attention_pattern, multihead_attention_view, no_mha_fastpath
 from ._view import AttentionView as AttentionView
 
 __all__ = [
@@ -272,8 +272,10 @@ def explicit_attention(model: nn.Module) -> Iterator[None]:
     ``linearize`` and the NFK embedding) has no rule for ``F.scaled_dot_product_attention`` on
     CPU. dynascope's own attention switches itself while a forward-AD level is open
     (:func:`autodiff_transform_active`); Hugging Face models are switched here to their eager
-    implementation (``config._attn_implementation = "eager"``) and get the caller's setting
-    back on exit, also when the block raises. :func:`dynascope.probes.model_function` enters
+    implementation (``config._attn_implementation = "eager"``), and ``torch.nn.MultiheadAttention``
+    loses its fused inference fast path (``need_weights=False`` calls, as in
+    ``nn.TransformerEncoderLayer``, still use SDPA and stay unsupported); the caller's settings
+    come back on exit, also when the block raises. :func:`dynascope.probes.model_function` enters
     this block on every call, so kernels built from a module need nothing more; wrap calls on
     a hand-written ``model_fn`` / ``score_fn`` over a Hugging Face model in it::
 
@@ -288,5 +290,5 @@ def explicit_attention(model: nn.Module) -> Iterator[None]:
     Returns:
         A context manager yielding nothing.
     """
-    with eager_attention(model):
+    with eager_attention(model), no_mha_fastpath(model):
         yield
