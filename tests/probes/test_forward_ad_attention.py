@@ -5,9 +5,10 @@ rule, so these raised ``NotImplementedError`` on dynascope's ``Transformer`` and
 GPT-2 with SDPA attention. Oracles, all reverse mode (so they run through the fused SDPA kernel
 that forward mode cannot use): the Jacobian ``[n, d_out, P]`` built row by row with
 ``torch.autograd.grad``, and the ``jacobian`` eNTK strategy (``vmap`` of ``jacrev``); the NFK
-Gram from per-example reverse-mode gradients (:func:`nfk_gram`). Tolerances: float64 throughout,
-1e-9 relative and 1e-10 absolute: the two sides sum the same O(1)-O(100) terms in a different
-order over a few hundred parameters (measured <= 1e-11 absolute on kernels of size ~1e2-1e4).
+Gram from per-example reverse-mode gradients. Tolerances: float64 throughout, 1e-9 relative
+and 1e-10 absolute: the two sides sum the same terms in a different order over a few hundred
+parameters (measured: eNTK entries up to 5e4 off by <= 1.1e-10, i.e. <= 3e-15 relative;
+GPT-2 eNTK <= 8e-14, its linearization <= 2e-17).
 """
 
 from __future__ import annotations
