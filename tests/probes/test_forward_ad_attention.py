@@ -2,9 +2,9 @@
 
 Regression for issue 20 item 1: on CPU, ``F.scaled_dot_product_attention`` has no forward-AD
 rule, so these raised ``NotImplementedError`` on dynascope's ``Transformer`` and on Hugging Face
-GPT-2 with SDPA attention. Oracles, all reverse mode (so they run through the fused SDPA kernel
-that forward mode cannot use): the Jacobian ``[n, d_out, P]`` built row by row with
-``torch.autograd.grad``, and the ``jacobian`` eNTK strategy (``vmap`` of ``jacrev``); the NFK
+GPT-2 with SDPA attention. Oracles, all reverse mode: the Jacobian ``[n, d_out, P]`` built row
+by row with ``torch.autograd.grad`` outside any transform (so through the fused SDPA kernel that
+forward mode cannot use), and the ``jacobian`` eNTK strategy (``vmap`` of ``jacrev``); the NFK
 Gram from per-example reverse-mode gradients. Tolerances: float64 throughout, 1e-9 relative
 and 1e-10 absolute: the two sides sum the same terms in a different order over a few hundred
 parameters (measured: eNTK entries up to 5e4 off by <= 1.1e-10, i.e. <= 3e-15 relative;
