@@ -360,7 +360,7 @@ class Trainer:
                         row["train.l2_penalty"] = float(l2_penalty(self.groups).detach())
                     store.log(step, row)
                     if bar is not None:
-                        bar[0].update(bar[1], completed=step, loss=mean_loss)
+                        bar[0].update(bar[1], completed=step, loss=f"{mean_loss:.4f}")
                 if self.schedule.due(step):  # probes must not read non-finite weights
                     bad = self._non_finite(loss)
                     if bad is not None:
@@ -467,11 +467,12 @@ def _progress(enabled: bool, name: str, total: int, start: int):
         TextColumn("{task.description}"),
         BarColumn(),
         TextColumn("{task.completed}/{task.total}"),
-        TextColumn("loss {task.fields[loss]:.4f}"),
+        # "loss -" until the first loss is logged (not "loss nan")
+        TextColumn("loss {task.fields[loss]}"),
         TimeRemainingColumn(),
         transient=True,
     )
-    task_id = progress.add_task(name, total=total, completed=start, loss=float("nan"))
+    task_id = progress.add_task(name, total=total, completed=start, loss="-")
     progress.start()
     return progress, task_id
 
