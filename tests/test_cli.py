@@ -359,3 +359,23 @@ def test_compare_shows_config_differences(tiny_config: Path, tmp_path: Path):
     assert re.search(r"train\.batch_size\s*│\s*4\s*│\s*5", row), row
     same = invoke("compare", a, a)
     assert "configs: identical" in same.stdout
+
+
+def test_progress_bar_shows_no_nan_before_the_first_loss():
+    from rich.console import Console
+
+    from dynascope.train import _progress
+
+    progress, task_id = _progress(True, "tiny", 10, 0)
+    try:
+        console = Console(width=120, record=True, file=open("/dev/null", "w"))
+        console.print(progress.make_tasks_table(progress.tasks))
+        before = console.export_text()
+        progress.update(task_id, completed=5, loss=f"{1.5:.4f}")
+        console.print(progress.make_tasks_table(progress.tasks))
+        after = console.export_text()
+    finally:
+        progress.stop()
+        console.file.close()
+    assert "loss -" in before and "nan" not in before
+    assert "loss 1.5000" in after
