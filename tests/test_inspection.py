@@ -358,3 +358,11 @@ def test_cli_inspect_bad_input(tmp_path: Path, monkeypatch, args, pattern):
     result = runner.invoke(app, ["inspect", "ckpt", *args])
     assert result.exit_code == 2, result.output
     assert re.search(pattern, result.stderr.splitlines()[-1]), result.stderr  # after HF's bar
+
+
+def test_the_docs_page_snippet_runs_as_written(capsys):
+    text = (Path(__file__).parents[1] / "docs" / "inspect.md").read_text()
+    snippet = re.search(r"```python\n(.*?)```", text, re.DOTALL).group(1)
+    exec(compile(snippet, "docs/inspect.md", "exec"), {})
+    printed = capsys.readouterr().out
+    assert "qk_effective_rank" in printed and "attention_entropy" in printed

@@ -73,7 +73,8 @@ def inspect_figures(frame: pd.DataFrame, figures_dir: str | os.PathLike[str]) ->
                     rows["step"], rows[column], marker=".", color=colors[layer], label=f"{layer}"
                 )
             ax.set(xlabel="step", ylabel=label)
-        axes[-1].legend(title="attention layer")
+        handles, labels = axes[0].get_legend_handles_labels()  # same colours in every panel
+        fig.legend(handles, labels, loc="outside right upper", title="attention\nlayer")
         paths.append(save_figure(fig, figures_dir / "over_steps.png"))
     return paths
 

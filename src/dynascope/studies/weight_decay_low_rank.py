@@ -463,6 +463,7 @@ def _toy_figures(lambdas, bal, gap, l2, sigma, lam_cat, sig_cat, d, c, eta, figu
         title="(½‖A‖²+½‖B‖² − ‖ABᵀ‖_*) / L2",
     )
     ax1.legend(loc="upper right", ncol=3)
+    ax2.legend(loc="upper right", ncol=3)
     paths.append(save_figure(fig, figures / "a_balance_gap.png"))
 
     fig, (ax1, ax2) = new_figure(2, height=3.8, title="(a) singular values of ABᵀ")
