@@ -28,9 +28,28 @@ def test_unlabelled_axes_and_unexplained_colours_are_found():
         "panel 0 (''): 2 colours and no legend",
     ]
     a.set(xlabel="x", ylabel="y")
-    fig.legend()  # a figure legend explains every panel's colours
+    b.plot([0, 1], [0.5, 0.5], color="0.5", ls=":")  # a grey guide carries no category
+    assert figure_problems(fig) == ["panel 0 (''): 2 colours and no legend"]
+    a.lines[1].set_label("two")
+    fig.legend(handles=[a.lines[1]])  # with b's legend, every colour of a is explained
     assert figure_problems(fig) == []
     plt.close(fig)
+
+
+def test_shared_and_category_axes_count_as_labelled():
+    fig, (a, b) = new_figure(2)
+    b.sharey(a)
+    a.plot([0, 1], [0, 1])
+    b.plot([0, 1], [1, 0])
+    a.set(xlabel="step", ylabel="loss")
+    b.set(xlabel="step")  # y label on the shared axis of the left panel
+    assert figure_problems(fig) == []
+    c_fig, (c,) = new_figure()
+    c.bar(["uniform", "decoupled"], [1.0, 2.0])
+    c.set(ylabel="rank")
+    assert figure_problems(c_fig) == []  # categories named on the ticks
+    plt.close(fig)
+    plt.close(c_fig)
 
 
 def test_colour_bars_hidden_and_empty_panels_are_skipped():
