@@ -13,6 +13,7 @@ The public names below are imported on first use (PEP 562 ``__getattr__``), so t
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -61,6 +62,8 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
 
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
+        if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}"):
+            return importlib.import_module(f".{name}", __name__)  # ds.config, ds.store, ...
         raise AttributeError(f"module 'dynascope' has no attribute {name!r}")
     module_name, attribute = _LAZY[name]
     module = importlib.import_module(module_name, __name__)
