@@ -46,6 +46,8 @@ def test_shared_and_category_axes_count_as_labelled():
     assert figure_problems(fig) == []
     c_fig, (c,) = new_figure()
     c.bar(["uniform", "decoupled"], [1.0, 2.0])
+    c.bar([3, 4], [1.0, 2.0])
+    c.set_xticks([0, 1, 3, 4], ["uniform", "decoupled", "a", "b"])  # names on fixed ticks
     c.set(ylabel="rank")
     assert figure_problems(c_fig) == []  # categories named on the ticks
     plt.close(fig)

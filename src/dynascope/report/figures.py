@@ -100,16 +100,29 @@ def _legend_colours(fig: Figure) -> set[str]:
     return colours
 
 
+def _is_number(text: str) -> bool:
+    try:
+        float(text.replace("\N{MINUS SIGN}", "-").strip("$"))
+    except ValueError:
+        return False
+    return True
+
+
 def _labelled(ax: Axes, axis: str) -> bool:
     """An axis is labelled by its own label, a shared axis's label, or category tick labels."""
     from matplotlib.category import StrCategoryFormatter
-    from matplotlib.ticker import FixedFormatter
+    from matplotlib.ticker import FixedFormatter, FixedLocator
 
     if getattr(ax, f"get_{axis}label")():
         return True
-    formatter = getattr(ax, f"{axis}axis").get_major_formatter()
+    scale = getattr(ax, f"{axis}axis")
+    formatter, locator = scale.get_major_formatter(), scale.get_major_locator()
     if isinstance(formatter, StrCategoryFormatter | FixedFormatter):
         return True  # categories named on the ticks
+    if isinstance(locator, FixedLocator):  # set_xticks(positions, names): names, not numbers?
+        names = [str(formatter(value, i)) for i, value in enumerate(locator())]
+        if any(not _is_number(name) for name in names if name):
+            return True
     shared = getattr(ax, f"get_shared_{axis}_axes")()
     return any(getattr(other, f"get_{axis}label")() for other in shared.get_siblings(ax))
 
