@@ -417,9 +417,41 @@ def _latest_status(db: sqlite3.Connection) -> str | None:
     return None if row is None else row[0]
 
 
+class _ReadOnlyConnection(sqlite3.Connection):
+    """A read-only connection that leaves the run directory as it found it.
+
+    Reading a WAL database creates ``-wal``/``-shm`` files, and a read-only connection cannot
+    remove them when it closes. If they were absent when it opened (no writer held the
+    database), :meth:`close` opens one read-write connection and closes it: the last connection
+    to close checkpoints the WAL and deletes both files (SQLite does nothing while another
+    connection, e.g. a writer that started meanwhile, is still open).
+    """
+
+    tidy_path: Path | None = None
+
+    def close(self) -> None:
+        super().close()
+        if self.tidy_path is not None:
+            path, self.tidy_path = self.tidy_path, None
+            try:
+                with closing(sqlite3.connect(path, timeout=30.0)) as db:
+                    db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+            except sqlite3.Error:  # a read-only directory: nothing was created there either
+                pass
+
+
 def _connect_ro(db_path: Path) -> sqlite3.Connection:
+    fresh = not db_path.with_name(db_path.name + "-wal").exists()
     # as_uri() percent-encodes '?' and '#' in the path, which a raw "file:" URI would misread
-    return sqlite3.connect(f"{db_path.resolve().as_uri()}?mode=ro", uri=True, timeout=30.0)
+    db = sqlite3.connect(
+        f"{db_path.resolve().as_uri()}?mode=ro",
+        uri=True,
+        timeout=30.0,
+        factory=_ReadOnlyConnection,
+    )
+    if fresh:
+        db.tidy_path = db_path
+    return db
 
 
 def _atomic_write_text(path: Path, text: str) -> None:

@@ -20,6 +20,7 @@ SUPPORTED = (
     r"\(supported: dynascope\.nn\.MultiHeadAttention, torch\.nn\.MultiheadAttention, "
     r"transformers\.GPT2Attention, transformers\.LlamaAttention-like, "
     r"transformers\.Phi3Attention-like; "
+    r"transformer_lens\.AbstractAttention; "
     r"register one with dynascope\.adapters\.register_adapter\)"
 )
 

@@ -560,7 +560,7 @@ class Engine:
                 row.update(s.parts.log(s.parts.model, step))
             s.store.log(step, row)
             if bar is not None and i == 0:
-                bar[0].update(bar[1], completed=step, loss=f"loss {mean_loss:.4f}")
+                bar[0].update(bar[1], completed=step, loss=f"{mean_loss:.4f}")
 
     def _evaluation(self, s: _MemberState) -> dict[str, float]:
         if s.parts.evaluate is None:
