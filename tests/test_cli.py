@@ -364,9 +364,9 @@ def test_compare_shows_config_differences(tiny_config: Path, tmp_path: Path):
 def test_progress_bar_shows_no_nan_before_the_first_loss():
     from rich.console import Console
 
-    from dynascope.train import _progress
+    from dynascope.train._runtime import progress_bar
 
-    progress, task_id = _progress(True, "tiny", 10, 0)
+    progress, task_id = progress_bar(True, "tiny", 10, 0)
     try:
         console = Console(width=120, record=True, file=open("/dev/null", "w"))
         console.print(progress.make_tasks_table(progress.tasks))
