@@ -13,7 +13,7 @@ On a step with nothing due, :meth:`Monitor.step` costs one set lookup.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -90,6 +90,9 @@ class Monitor:
         sink: anything with ``log(step, dict)``, e.g. :class:`dynascope.RunStore` or
             :class:`dynascope.integrations.tensorboard.TensorBoardSink`, or a sequence of them
             (each gets every record).
+        loss: the training loss ``loss(output, batch) -> scalar``, handed to the probes that
+            measure the loss landscape (:class:`dynascope.probes.Sharpness`) through
+            :class:`~dynascope.probes.ProbeContext`; ``None`` if unknown.
     """
 
     def __init__(
@@ -98,17 +101,20 @@ class Monitor:
         probes: Sequence[Probe],
         schedule: Schedule,
         sink: Sink | Sequence[Sink],
+        *,
+        loss: Callable[[Tensor, dict[str, Tensor]], Tensor] | None = None,
     ) -> None:
         self.model = model
         self.probes = list(probes)
         self.schedule = schedule
         self.sinks: list[Sink] = list(sink) if isinstance(sink, Sequence) else [sink]
+        self.loss = loss
 
     def step(self, step: int, batch: dict[str, Tensor] | None = None) -> bool:
         """Run the due probes for ``step``; returns whether anything ran."""
         if not self.probes or not self.schedule.due(step):
             return False
-        ctx = ProbeContext(step=step, batch=batch)
+        ctx = ProbeContext(step=step, batch=batch, loss=self.loss)
         record: dict[str, Tensor | float] = {}
         for probe in self.probes:
             record.update(probe(self.model, ctx))

@@ -317,7 +317,8 @@ class Trainer:
             store.truncate_after(-1)
             store.write_config(self.config.model_dump(mode="json"))
         store.set_status(start, "running")
-        monitor = Monitor(self.model, self.probes, self.schedule, store)  # the unwrapped model
+        # the unwrapped model; the task's loss for probes of the loss landscape (sharpness)
+        monitor = Monitor(self.model, self.probes, self.schedule, store, loss=self.task.loss)
         probe_batch = self._probe_batch()
         self.model.train()
         final: dict[str, float] = {}

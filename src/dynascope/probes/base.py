@@ -39,10 +39,13 @@ class ProbeContext:
         step: the training step the measurement belongs to.
         batch: the current batch (name -> tensor), for probes that need inputs; ``None`` when
             the caller has none.
+        loss: the training loss ``loss(output, batch) -> scalar`` when the caller knows it
+            (the engine passes the task's loss), for probes of the loss landscape; else ``None``.
     """
 
     step: int
     batch: dict[str, Tensor] | None = None
+    loss: Callable[[Tensor, dict[str, Tensor]], Tensor] | None = None
 
 
 def _rng_devices(model: nn.Module) -> tuple[str | None, list[int]]:
