@@ -89,3 +89,16 @@ def test_probe_table_names_real_probes_and_keys(tmp_path):
             run.tensors(key)  # raises KeyError if absent
         else:
             assert key in logged, key
+
+
+def test_sharpness_snippet_runs_as_written_and_sits_at_the_edge_of_stability(tmp_path, monkeypatch):
+    code = _block_after("### Sharpness at the edge of stability")
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, str(README), "exec"), {})
+    run = ds.load_run(tmp_path / "runs" / "eos")
+    sharpness = run.scalar("sharpness.lambda_max")
+    assert sorted(sharpness.index) == list(range(0, 1001, 100))
+    assert set(run.scalar("sharpness.two_over_lr")) == {2.0}
+    # after 200 steps λ_max sits near 2/η = 2 (measured 2.03-2.17; CPU rounding may move it)
+    late = sharpness[sharpness.index >= 200]
+    assert ((late > 0.85 * 2.0) & (late < 1.25 * 2.0)).all(), late.to_dict()
