@@ -53,3 +53,22 @@ def test_monitor_runs_probes_only_when_due():
     assert ran == [True, False, False, True, False, False, True]
     assert probe.steps == [0, 3, 6]
     assert sink.rows == [(0, {"count": 1.0}), (3, {"count": 2.0}), (6, {"count": 3.0})]
+
+
+def test_monitor_hands_its_loss_to_the_probes():
+    seen = []
+
+    class _LossReader(Probe):
+        name = "loss_reader"
+
+        def measure(self, model, ctx: ProbeContext):
+            seen.append(ctx.loss)
+            return {}
+
+    def loss(output, batch):
+        return output.sum()
+
+    model = torch.nn.Linear(2, 1)
+    Monitor(model, [_LossReader()], EveryN(1), _ListSink(), loss=loss).step(0)
+    Monitor(model, [_LossReader()], EveryN(1), _ListSink()).step(0)
+    assert seen == [loss, None]
