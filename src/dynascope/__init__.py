@@ -21,6 +21,7 @@ from .monitor import Monitor as Monitor
 from .nn import capture as capture
 from .store import RunStore as RunStore
 from .store import load_run as load_run
+from .store import load_study as load_study
 from .train import Trainer as Trainer
 
 __version__ = "0.1.0"
