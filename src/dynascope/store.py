@@ -520,11 +520,18 @@ def load_run(path: str | os.PathLike[str]) -> Run:
 
 def _add_key_parts(scalars: pd.DataFrame) -> None:
     """Add ``layer``, ``head`` (Int64) and ``metric`` columns parsed from ``key``, in place."""
-    parts = {key: parse_key(key) for key in scalars["key"].unique()}
-    keys = scalars["key"]
-    scalars["layer"] = pd.array([parts[k].layer for k in keys], dtype="Int64")
-    scalars["head"] = pd.array([parts[k].head for k in keys], dtype="Int64")
-    scalars["metric"] = pd.Series([parts[k].metric for k in keys], index=scalars.index, dtype=str)
+    codes, unique = pd.factorize(scalars["key"])  # parse each distinct key once
+    parts = [parse_key(key) for key in unique]
+
+    def nullable(values: list[int | None]) -> pd.arrays.IntegerArray:
+        data = np.array([-1 if v is None else v for v in values], dtype=np.int64)
+        missing = np.array([v is None for v in values], dtype=bool)
+        return pd.arrays.IntegerArray(data[codes], missing[codes])
+
+    scalars["layer"] = nullable([p.layer for p in parts])
+    scalars["head"] = nullable([p.head for p in parts])
+    metric = np.array([p.metric for p in parts] or [""], dtype=object)[codes]
+    scalars["metric"] = pd.Series(metric, index=scalars.index, dtype=str)
 
 
 def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
