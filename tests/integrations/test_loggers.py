@@ -177,6 +177,12 @@ def test_lightning_callback_marks_a_failed_run(tmp_path):
 
 
 # -- MLflow --------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def mlflow_uri(tmp_path_factory):
+    """One SQLite tracking store for the module (creating its tables takes ~10 s)."""
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+
+
 def _transformer_record_source(tmp_path, sink):
     torch.manual_seed(0)
     model = ds.nn.Transformer(n_layers=2, d_model=12, n_heads=3, d_vocab=11, d_out=11, n_ctx=7)
@@ -189,12 +195,14 @@ def _transformer_record_source(tmp_path, sink):
     return ds.load_run(tmp_path / "run")
 
 
-def test_mlflow_sink_writes_grouped_metrics_params_and_status_to_a_local_sqlite_store(tmp_path):
+def test_mlflow_sink_writes_grouped_metrics_params_and_status_to_a_local_sqlite_store(
+    tmp_path, mlflow_uri
+):
     from mlflow.tracking import MlflowClient
 
     from dynascope.integrations.mlflow import MLflowSink
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = mlflow_uri
     config = {"model": {"d_model": 12, "n_heads": 3}, "seed": 0}
     with MLflowSink(uri, experiment="tests", run_name="tiny", config=config) as sink:
         run = _transformer_record_source(tmp_path, sink)
@@ -209,12 +217,12 @@ def test_mlflow_sink_writes_grouped_metrics_params_and_status_to_a_local_sqlite_
     assert not any("singular_values" in name for name in logged.data.metrics)
 
 
-def test_mlflow_sink_status_maps_to_mlflow_run_states(tmp_path):
+def test_mlflow_sink_status_maps_to_mlflow_run_states(mlflow_uri):
     from mlflow.tracking import MlflowClient
 
     from dynascope.integrations.mlflow import MLflowSink
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = mlflow_uri
     states = {}
     for status in ("diverged", "interrupted"):
         sink = MLflowSink(uri, run_name=status)
