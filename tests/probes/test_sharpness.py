@@ -307,3 +307,29 @@ def test_probe_errors():
     ]
     with pytest.raises(ValueError, match=r"param_groups must share one lr"):
         Sharpness(lr=torch.optim.SGD(groups))(model, ds.probes.ProbeContext(step=0, batch=batch))
+
+
+def test_hugging_face_sdpa_attention_has_the_eager_hessian():
+    """The fused SDPA CPU kernel has no double backward; the math backend gives the same H."""
+    import transformers
+
+    config = transformers.GPT2Config(
+        vocab_size=11, n_positions=7, n_embd=12, n_layer=1, n_head=3, n_inner=8,
+        bos_token_id=0, eos_token_id=0,
+    )  # fmt: skip
+    ids = torch.randint(0, 11, (2, 7), generator=torch.Generator().manual_seed(0))
+    values = {}
+    for backend in ("sdpa", "eager"):
+        torch.manual_seed(0)
+        config._attn_implementation = backend
+        model = transformers.GPT2LMHeadModel(config).double()
+        assert model.config._attn_implementation == backend
+        model.eval()
+        params = {n: p.detach() for n, p in model.named_parameters()}
+
+        def loss_fn(p, model=model):
+            return functional_call(model, p, (ids,), {"labels": ids}).loss
+
+        values[backend] = hessian_top_eigenvalues(loss_fn, params, iters=40, tol=0).values
+    # same start vector and operator up to rounding: 40 Lanczos steps agree to 1e-9
+    torch.testing.assert_close(values["sdpa"], values["eager"], rtol=1e-9, atol=0)

@@ -53,13 +53,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from dynascope.probes._hessian_ops import (
+    LossFn,
+    check_params,
+    flatten_init,
+    hvp_operator,
+    orthogonalize,
+    unflatten,
+)
 from dynascope.probes.base import Probe, ProbeContext, register_probe
 
 __all__ = ["HessianEigen", "Sharpness", "hessian_top_eigenvalues", "hessian_trace"]
 
-LossFn = Callable[[dict[str, Tensor]], Tensor]
 BatchLoss = Callable[[Tensor, dict[str, Tensor]], Tensor]
 
 _WARM_MIX = 0.1
@@ -88,118 +94,6 @@ class HessianEigen(NamedTuple):
 def _check_int(name: str, value: Any, low: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ValueError(f"{name} must be an integer >= {low} (got {name}={value!r})")
-
-
-def _check_params(params: dict[str, Tensor]) -> tuple[torch.dtype, torch.device]:
-    if not isinstance(params, dict) or not params:
-        raise ValueError(f"params must be a non-empty dict of tensors (got {params!r:.60})")
-    first = next(iter(params.values()))
-    for name, p in params.items():
-        if not isinstance(p, Tensor) or not p.is_floating_point():
-            kind = p.dtype if isinstance(p, Tensor) else type(p).__name__
-            raise ValueError(f"params[{name!r}] must be a floating tensor (got {kind})")
-        if p.dtype != first.dtype or p.device != first.device:
-            raise ValueError(
-                f"params must share one dtype and device (got {p.dtype} on {p.device} for "
-                f"{name!r}, {first.dtype} on {first.device} for the first)"
-            )
-    return first.dtype, first.device
-
-
-def _hvp_operator(
-    loss_fn: LossFn, params: dict[str, Tensor]
-) -> tuple[Callable[[Tensor], Tensor], Tensor]:
-    """``(hvp, loss)``: ``hvp(v [P]) -> H v [P]`` from one forward and one graph-keeping backward.
-
-    The forward runs under the math SDPA backend (twice differentiable) and a forked RNG (a
-    ``loss_fn`` that draws random numbers leaves the global RNG alone; its draw is fixed for
-    every product). Parameters whose gradient does not depend on any parameter contribute 0.
-    """
-    leaves = {name: p.detach().requires_grad_(True) for name, p in params.items()}
-    device = next(iter(leaves.values())).device
-    devices = [device.index or 0] if device.type not in ("cpu", "meta") else []
-    device_type = device.type if devices else None
-    with (
-        torch.random.fork_rng(devices=devices, device_type=device_type or "cuda"),
-        torch.enable_grad(),
-        sdpa_kernel([SDPBackend.MATH]),
-    ):
-        loss = loss_fn(leaves)
-        if not isinstance(loss, Tensor) or loss.numel() != 1:
-            got = tuple(loss.shape) if isinstance(loss, Tensor) else type(loss).__name__
-            raise ValueError(f"loss_fn must return a scalar tensor (got {got})")
-        if not bool(torch.isfinite(loss.detach())):
-            raise ValueError(f"loss_fn returned a non-finite loss ({float(loss.detach())})")
-        inputs = list(leaves.values())
-        if loss.requires_grad:
-            grads = torch.autograd.grad(
-                loss.reshape(()), inputs, create_graph=True, allow_unused=True
-            )
-        else:
-            grads = (None,) * len(inputs)
-    sizes = [p.numel() for p in inputs]
-    live = [i for i, g in enumerate(grads) if g is not None and g.requires_grad]
-
-    def hvp(v: Tensor) -> Tensor:
-        if not live:
-            return torch.zeros_like(v)
-        chunks = v.split(sizes)
-        with torch.enable_grad():
-            products = torch.autograd.grad(
-                [grads[i] for i in live],
-                inputs,
-                grad_outputs=[chunks[i].view_as(inputs[i]) for i in live],
-                retain_graph=True,
-                allow_unused=True,
-            )
-        return torch.cat(
-            [
-                torch.zeros(n, dtype=v.dtype, device=v.device) if h is None else h.reshape(-1)
-                for h, n in zip(products, sizes)
-            ]
-        )
-
-    return hvp, loss.detach().reshape(())
-
-
-def _flatten_init(
-    init: dict[str, Tensor], params: dict[str, Tensor], dtype: torch.dtype, device: torch.device
-) -> Tensor:
-    """``[j, P]`` from ``init`` (name -> ``[j, *shape]`` or ``[*shape]``), checked."""
-    if set(init) != set(params):
-        raise ValueError(
-            f"init must have the keys of params (missing {sorted(set(params) - set(init))}, "
-            f"extra {sorted(set(init) - set(params))})"
-        )
-    rows = None
-    parts = []
-    for name, p in params.items():
-        v = init[name]
-        v = v.unsqueeze(0) if tuple(v.shape) == tuple(p.shape) else v
-        if tuple(v.shape[1:]) != tuple(p.shape) or (rows is not None and v.shape[0] != rows):
-            raise ValueError(
-                f"init[{name!r}] must be [j, *{list(p.shape)}] with the same j for every "
-                f"name (got {list(init[name].shape)})"
-            )
-        rows = v.shape[0]
-        parts.append(v.detach().to(device=device, dtype=dtype).reshape(rows, -1))
-    return torch.cat(parts, dim=1)
-
-
-def _unflatten(rows: Tensor, params: dict[str, Tensor]) -> dict[str, Tensor]:
-    """name -> ``[j, *shape]`` from ``rows`` ``[j, P]``."""
-    chunks = rows.split([p.numel() for p in params.values()], dim=1)
-    return {
-        name: chunk.reshape(rows.shape[0], *p.shape)
-        for (name, p), chunk in zip(params.items(), chunks)
-    }
-
-
-def _orthogonalize(w: Tensor, Q: Tensor) -> Tensor:
-    """``w`` minus its projection on the rows of ``Q`` (orthonormal), twice (Kahan–Parlett)."""
-    for _ in range(2):
-        w = w - (Q @ w) @ Q
-    return w
 
 
 def hessian_top_eigenvalues(
@@ -252,7 +146,7 @@ def hessian_top_eigenvalues(
         Golub & Van Loan, "Matrix Computations" (4th ed.), §10.1 and §10.3.6 (block Lanczos);
         Cohen et al. (2021), arXiv 2103.00065, §3 (largest algebraic eigenvalue as sharpness).
     """
-    dtype, device = _check_params(params)
+    dtype, device = check_params(params)
     _check_int("k", k, 1)
     _check_int("iters", iters, k)
     n_params = sum(p.numel() for p in params.values())
@@ -268,14 +162,14 @@ def hessian_top_eigenvalues(
 
     start = torch.stack([random_vector() for _ in range(k)])  # [k, P]
     if init is not None:
-        guess = _flatten_init(init, params, dtype, device)
+        guess = flatten_init(init, params, dtype, device)
         if guess.shape[0] > k or not bool(torch.isfinite(guess).all()):
             raise ValueError(f"init must hold at most k={k} finite vectors per name")
         norms = guess.norm(dim=1, keepdim=True)
         guess = torch.where(norms > 0, guess / norms.clamp_min(torch.finfo(dtype).tiny), 0.0)
         start[: guess.shape[0]] = guess + _WARM_MIX * start[: guess.shape[0]]
 
-    hvp, _ = _hvp_operator(loss_fn, params)
+    hvp, _ = hvp_operator(loss_fn, params)
     capacity = min(iters, n_params)
     Q = torch.empty(capacity, n_params, dtype=dtype, device=device)  # orthonormal rows
     HQ = torch.empty_like(Q)  # H Q[i], row by row
@@ -291,9 +185,9 @@ def hessian_top_eigenvalues(
         for w in block:
             if m == capacity:
                 break
-            w = _orthogonalize(w, Q[:m])
+            w = orthogonalize(w, Q[:m])
             if not bool(w.norm() > eps * max(scale, float(block.norm(dim=1).max()))):
-                w = _orthogonalize(random_vector(), Q[:m])
+                w = orthogonalize(random_vector(), Q[:m])
                 if not bool(w.norm() > eps):
                     break  # the basis spans R^P
             Q[m] = w / w.norm()
@@ -323,7 +217,7 @@ def hessian_top_eigenvalues(
         block = HQ[first:m]
     return HessianEigen(
         values=theta[top].to(dtype=dtype, device=device),
-        vectors=_unflatten(Y.contiguous(), params),
+        vectors=unflatten(Y.contiguous(), params),
         residuals=residuals,
         iterations=m,
     )
@@ -355,11 +249,11 @@ def hessian_trace(
         algorithms for estimating the trace of an implicit symmetric positive semi-definite
         matrix", J. ACM 58(2) (variance of the Rademacher estimator).
     """
-    dtype, device = _check_params(params)
+    dtype, device = check_params(params)
     _check_int("n_samples", n_samples, 2)
     n_params = sum(p.numel() for p in params.values())
     generator = torch.Generator().manual_seed(seed)
-    hvp, _ = _hvp_operator(loss_fn, params)
+    hvp, _ = hvp_operator(loss_fn, params)
     samples = torch.empty(n_samples, dtype=torch.float64)
     for i in range(n_samples):
         z = torch.randint(0, 2, (n_params,), generator=generator).mul_(2).sub_(1)
