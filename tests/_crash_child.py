@@ -56,7 +56,7 @@ class _KillBeforeCommit:
 def main() -> None:
     config_path, run_dir, mode, step = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     store_module.RunStore = _SmallBatchStore
-    import dynascope.train as train_module
+    import dynascope.train.engine as train_module
 
     train_module.RunStore = _SmallBatchStore
 

@@ -125,3 +125,13 @@ def test_results_snippet_runs_with_mlflow_wandb_and_pandas(tmp_path, monkeypatch
     (logged,) = MlflowClient("sqlite:///mlflow.db").search_runs([experiment.experiment_id])
     assert logged.data.metrics["attn/L1/H2/qk_effective_rank"] == erank.loc[1, 2]
     assert len(list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))) == 1
+
+
+def test_engine_snippet_trains_a_seed_ensemble(tmp_path, monkeypatch, capsys):
+    code = _block_after("## Training on the engine")
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, str(README), "exec"), {})
+    assert capsys.readouterr().out.strip() == str(["finished"] * 4)
+    losses = [ds.load_run(tmp_path / f"runs/ens/seed{k}").scalar("train.loss") for k in range(4)]
+    assert all(len(s) == 10 and s.iloc[-1] < s.iloc[0] for s in losses)
+    assert len({float(s.iloc[-1]) for s in losses}) == 4  # four seeds, four runs

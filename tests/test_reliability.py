@@ -269,13 +269,15 @@ def test_checkpoint_restores_torch_python_and_numpy_rng(tmp_path):
     np.random.seed(12)
     torch.manual_seed(13)
     np.random.standard_normal()  # leaves a cached Gaussian in numpy's state
+    engine = trainer.engine
     with RunStore(tmp_path / "r") as store:
-        trainer._checkpoint(store, 1)
+        engine.states[0].store = store
+        engine._checkpoint(1)
         expected = (random.random(), np.random.standard_normal(3), torch.rand(3))
         random.seed(0)
         np.random.seed(0)
         torch.manual_seed(0)
-        trainer._load_state(store.load_checkpoint(store.checkpoints()[-1][1]))
+        engine._restore([store.load_checkpoint(store.checkpoints()[-1][1])])
     assert random.random() == expected[0]
     np.testing.assert_array_equal(np.random.standard_normal(3), expected[1])
     torch.testing.assert_close(torch.rand(3), expected[2], rtol=0, atol=0)

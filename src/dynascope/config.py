@@ -310,6 +310,9 @@ class TrainConfig(_Config):
     eval_batches: _Int = Field(4, ge=1)
     checkpoint_every: _Int = Field(1000, ge=1)
     keep_checkpoints: _Int = Field(2, ge=1)
+    threads: _Int | None = Field(
+        1, ge=1, description="torch intra-op threads (None: torch's default); see dynascope.train"
+    )
 
 
 class MonitorConfig(_Config):

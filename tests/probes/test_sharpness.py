@@ -266,7 +266,8 @@ def test_probe_on_a_transformer_matches_the_dense_hessian_and_logs_two_over_lr()
 
 def test_probe_state_resumes_to_the_same_reading():
     task, model, batch = _transformer_case()
-    ctx = ds.probes.ProbeContext(step=0, batch=batch, loss=task.loss)  # the engine's route
+    engine_loss = lambda m, b: (task.loss(m(b["x"]), b), {})  # noqa: E731 - Parts.loss form
+    ctx = ds.probes.ProbeContext(step=0, batch=batch, loss=engine_loss)  # the engine's route
     first = Sharpness()
     first(model, ctx)
     with torch.no_grad():
@@ -275,17 +276,22 @@ def test_probe_state_resumes_to_the_same_reading():
     state = first.state_dict()
     resumed = Sharpness()
     resumed.load_state_dict(state)
-    a = first(model, ds.probes.ProbeContext(step=5, batch=None, loss=task.loss))
-    b = resumed(model, ds.probes.ProbeContext(step=5, batch=None, loss=task.loss))
+    a = first(model, ds.probes.ProbeContext(step=5, batch=None, loss=engine_loss))
+    b = resumed(model, ds.probes.ProbeContext(step=5, batch=None, loss=engine_loss))
     assert a == b  # the held batch and the warm start travel in the state
     assert set(state) == {"batch", "vectors"}
 
 
-def test_probe_default_loss_is_the_task_loss_for_token_tasks():
+def test_probe_default_and_engine_losses_equal_the_task_loss_for_token_tasks():
     task, model, batch = _transformer_case()
     with_default = Sharpness()(model, ds.probes.ProbeContext(step=0, batch=batch))
     with_task = Sharpness(loss=task.loss)(model, ds.probes.ProbeContext(step=0, batch=batch))
+    engine = ds.probes.ProbeContext(step=0, batch=batch, loss=lambda m, b: task.loss(m(b["x"]), b))
+    with_engine = Sharpness()(model, engine)
     assert with_default == with_task
+    assert with_engine.keys() == with_task.keys()
+    for key in with_task:  # the same function through another functional_call: rounding only
+        assert with_engine[key] == pytest.approx(with_task[key], rel=1e-5)
 
 
 def test_probe_errors():

@@ -61,14 +61,23 @@ class RunTask:
         run_dir: the run directory (absolute, so a worker's working directory does not matter).
         kwargs: keyword arguments the runner accepts (:func:`runner_kwargs`).
         uses_cuda: the run asks for a GPU (the Ray executor requests one).
+        members: for an ensemble task (runs of one group trained together), the member run
+            names; ``config`` and ``run_dir`` are then lists in the same order and the runner
+            is called with the lists.
     """
 
     name: str
     runner: Callable[..., Any]
-    config: BaseModel
-    run_dir: Path
+    config: BaseModel | list[BaseModel]
+    run_dir: Path | list[Path]
     kwargs: dict[str, Any] = field(default_factory=dict)
     uses_cuda: bool = False
+    members: tuple[str, ...] = ()
+
+    @property
+    def run_dirs(self) -> list[Path]:
+        """Every run directory the task writes (one, or each member's of an ensemble)."""
+        return list(self.run_dir) if isinstance(self.run_dir, list) else [self.run_dir]
 
 
 @dataclass(frozen=True)
@@ -80,34 +89,43 @@ class RunOutcome:
         seconds: wall-clock seconds of the runner call (``nan`` when unknown).
         error: ``"Type: message"`` when the runner raised or its process died, else ``None``.
         signal: ``"SIGINT"``/``"SIGTERM"`` when the runner returned a result carrying one.
+        members: the member run names of an ensemble task (empty for one run).
     """
 
     name: str
     seconds: float
     error: str | None = None
     signal: str | None = None
+    members: tuple[str, ...] = ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The runs this outcome covers: the members of an ensemble, or the one run."""
+        return self.members or (self.name,)
 
 
-def record_failure(run_dir: Path, message: str) -> None:
-    """Write an ``error`` event and status ``failed`` into the run's store."""
+def record_failure(run_dir: Path | list[Path], message: str) -> None:
+    """Write an ``error`` event and status ``failed`` into the run's store (each member's)."""
     from dynascope.store import RunStore
 
-    with RunStore(run_dir) as store:
-        store.event(0, "error", message)
-        store.set_status(0, "failed")
+    for path in run_dir if isinstance(run_dir, list) else [run_dir]:
+        with RunStore(path) as store:
+            store.event(0, "error", message)
+            store.set_status(0, "failed")
 
 
-def record_interrupted(run_dir: Path, signal: str) -> None:
+def record_interrupted(run_dir: Path | list[Path], signal: str) -> None:
     """Write an ``interrupted`` event and status into the run's store (no checkpoint)."""
     from dynascope.store import RunStore, load_run
 
-    try:
-        step = int(load_run(run_dir).scalars["step"].max())
-    except (FileNotFoundError, ValueError):
-        step = 0
-    with RunStore(run_dir) as store:
-        store.event(step, "interrupted", signal)
-        store.set_status(step, "interrupted")
+    for path in run_dir if isinstance(run_dir, list) else [run_dir]:
+        try:
+            step = int(load_run(path).scalars["step"].max())
+        except (FileNotFoundError, ValueError):
+            step = 0
+        with RunStore(path) as store:
+            store.event(step, "interrupted", signal)
+            store.set_status(step, "interrupted")
 
 
 class RunStopped(KeyboardInterrupt):
@@ -171,17 +189,20 @@ def _execute(task: RunTask) -> RunOutcome:
     except RunStopped as stop:
         stopped = stop.signal  # recorded below, once the runner's frames (and store) are gone
     except RunLockedError as err:
-        return RunOutcome(task.name, time.perf_counter() - start, f"RunLockedError: {err}")
+        message = f"RunLockedError: {err}"
+        return RunOutcome(task.name, time.perf_counter() - start, message, members=task.members)
     except Exception as err:  # one failed run is recorded; the others go on
         message = f"{type(err).__name__}: {err}"
         record_failure(task.run_dir, message)
-        return RunOutcome(task.name, time.perf_counter() - start, message)
+        return RunOutcome(task.name, time.perf_counter() - start, message, members=task.members)
     if stopped is not None:
-        _mark_stopped(task.run_dir, stopped)
-        return RunOutcome(task.name, time.perf_counter() - start, signal=stopped)
-    return RunOutcome(
-        task.name, time.perf_counter() - start, signal=getattr(result, "signal", None)
-    )
+        for path in task.run_dirs:
+            _mark_stopped(path, stopped)
+        seconds = time.perf_counter() - start
+        return RunOutcome(task.name, seconds, signal=stopped, members=task.members)
+    results = result if isinstance(result, list) else [result]
+    signal = next((r.signal for r in results if getattr(r, "signal", None)), None)
+    return RunOutcome(task.name, time.perf_counter() - start, signal=signal, members=task.members)
 
 
 def _mark_stopped(run_dir: Path, signal: str) -> None:

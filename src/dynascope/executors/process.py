@@ -127,10 +127,10 @@ class ProcessExecutor:
         seconds = time.perf_counter() - t0
         if self.stop_signal is not None:  # a runner without signal handling, stopped: resumable
             record_interrupted(task.run_dir, self.stop_signal)
-            return RunOutcome(task.name, seconds, signal=self.stop_signal)
+            return RunOutcome(task.name, seconds, signal=self.stop_signal, members=task.members)
         message = f"WorkerDied: the run's process {_exit_description(child.exitcode)}"
         record_failure(task.run_dir, message)
-        return RunOutcome(task.name, seconds, message)
+        return RunOutcome(task.name, seconds, message, members=task.members)
 
     # -- signals -------------------------------------------------------------------------------
     def _catch_signals(self) -> dict[int, object]:

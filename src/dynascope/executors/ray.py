@@ -108,4 +108,4 @@ class RayExecutor:
         except self.ray.exceptions.RayError as err:  # the worker died: recorded here
             message = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
             record_failure(task.run_dir, message)
-            return RunOutcome(task.name, time.perf_counter() - t0, message)
+            return RunOutcome(task.name, time.perf_counter() - t0, message, members=task.members)

@@ -285,6 +285,20 @@ def _default_loss(output: Tensor, batch: dict[str, Tensor]) -> Tensor:
     )
 
 
+class _ModelLoss(nn.Module):
+    """``forward(batch) = loss(model, batch)`` (the loss of a ``(loss, metrics)`` pair), so that
+    ``functional_call`` can swap the model's parameters (as ``model.<name>``)."""
+
+    def __init__(self, model: nn.Module, loss: Callable[[nn.Module, dict[str, Tensor]], Any]):
+        super().__init__()
+        self.model = model
+        self.loss = loss
+
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        out = self.loss(self.model, batch)
+        return out[0] if isinstance(out, tuple) else out
+
+
 @register_probe("sharpness")
 class Sharpness(Probe):
     """Sharpness λ_max of the training loss on a held batch, against the 2/η stability edge.
@@ -298,11 +312,12 @@ class Sharpness(Probe):
     ``λ_max < 2/η``; on neural networks λ_max rises to about 2/η and hovers there (the edge
     of stability).
 
-    The loss is ``loss`` if given, else ``ctx.loss`` (the engine passes the task's loss), else a
-    default: cross-entropy (nats, mean) for integer targets ``y`` of the output's leading
-    shape, or of shape ``[batch]`` against ``output[:, -1]`` for ``[batch, pos, d_out]``
-    outputs; mean squared error for float targets of the output's shape. Give the loss you
-    train with: λ_max scales with it (a sum over the batch is ``batch`` times a mean).
+    The loss is ``loss(output, batch)`` if given, else ``ctx.loss(model, batch)`` (the engine
+    passes its training loss, the task's for a config run), else a default: cross-entropy
+    (nats, mean) for integer targets ``y`` of the output's leading shape, or of shape
+    ``[batch]`` against ``output[:, -1]`` for ``[batch, pos, d_out]`` outputs; mean squared
+    error for float targets of the output's shape. Give the loss you train with: λ_max scales
+    with it (a sum over the batch is ``batch`` times a mean).
 
     Keys (floats): ``sharpness.lambda_max`` (λ_1), ``sharpness.lambda_{i}`` for ``i = 2..k``,
     ``sharpness.loss`` (the loss on the held batch), and with ``lr``: ``sharpness.two_over_lr``
@@ -413,12 +428,21 @@ class Sharpness(Probe):
         buffers = dict(model.named_buffers())
         device = next(iter(chosen.values())).device
         batch = {n: t.to(device) for n, t in self._held_batch(ctx).items()}
-        loss_of = self.loss or ctx.loss or _default_loss
+        if self.loss is None and ctx.loss is not None:  # the engine's loss(model, batch)
+            wrapper = _ModelLoss(model, ctx.loss)
+            state = {f"model.{name}": t for name, t in {**frozen, **buffers}.items()}
 
-        def loss_fn(params: dict[str, Tensor]) -> Tensor:
-            state = {**frozen, **buffers, **params}
-            output = functional_call(model, state, (batch[self.input_key],))
-            return loss_of(output, batch)
+            def loss_fn(params: dict[str, Tensor]) -> Tensor:
+                named = {f"model.{name}": p for name, p in params.items()}
+                return functional_call(wrapper, {**state, **named}, (batch,))
+
+        else:
+            loss_of = self.loss or _default_loss
+
+            def loss_fn(params: dict[str, Tensor]) -> Tensor:
+                state = {**frozen, **buffers, **params}
+                output = functional_call(model, state, (batch[self.input_key],))
+                return loss_of(output, batch)
 
         model.eval()
         init = self.vectors

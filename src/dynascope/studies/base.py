@@ -31,7 +31,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +39,8 @@ import torch
 from pydantic import BaseModel
 
 from dynascope.store import Run, RunLockedError, load_run, safe_name
+
+from .verdict import Verdict
 
 if TYPE_CHECKING:
     from dynascope.executors import Executor
@@ -93,34 +95,15 @@ def dump_json(data: dict[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """One claim checked against measured runs.
-
-    Attributes:
-        claim: the claim in words.
-        metric: what was measured, with its definition in a few words.
-        measured: the measured value (NaN when it could not be measured; ``null`` in
-            ``verdict.json``).
-        threshold: the frozen threshold it is compared with.
-        passed: whether the claim held.
-        detail: how the comparison reads (``measured <= threshold``) and notes.
-    """
-
-    claim: str
-    metric: str
-    measured: float
-    threshold: float
-    passed: bool
-    detail: str = ""
-
-
-@dataclass(frozen=True)
 class RunSpec:
     """One run of a study: its directory name, config and the runner that executes it.
 
     ``runner(config, run_dir, progress=False)`` must be a module-level function (picklable);
     it may also take ``device="cpu"`` (``cpu`` or ``cuda``) and ``resume=False`` (continue
     from the run directory's last checkpoint), which are passed only to runners that take them.
+    Specs with the same ``group`` (and runner) train together as one ensemble on the engine:
+    the runner is then called once with the list of their configs and the list of their run
+    directories (:func:`dynascope.studies.engine_runs.run_members`); each keeps its own run.
 
     Raises:
         ValueError: if ``name`` is not a safe path component (:func:`dynascope.store.safe_name`).
@@ -129,6 +112,7 @@ class RunSpec:
     name: str
     config: BaseModel
     runner: Callable[..., Any]
+    group: str | None = None
 
     def __post_init__(self) -> None:
         safe_name(self.name, "run name")
@@ -155,7 +139,12 @@ class Analysis:
 
 @dataclass
 class StudyOutcome:
-    """Result of :meth:`Study.run`, also written to ``verdict.json``."""
+    """Result of :meth:`Study.run`, also written to ``verdict.json``.
+
+    ``seed`` is the base seed the runs were shifted by (``study run --seed N``; ``None`` when
+    the directory's ``study.json`` does not say). ``status``: ``held`` when every claim held,
+    ``not held`` when any claim did not hold, else ``inconclusive``.
+    """
 
     study: str
     preset: str
@@ -164,17 +153,27 @@ class StudyOutcome:
     seconds: float
     out: Path
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    seed: int | None = None
 
     @property
     def passed(self) -> bool:
         return all(v.passed for v in self.claims)
 
+    @property
+    def status(self) -> str:
+        statuses = {v.status for v in self.claims}
+        if statuses <= {"held"}:
+            return "held"
+        return "not held" if "not held" in statuses else "inconclusive"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "study": self.study,
             "preset": self.preset,
+            "seed": self.seed,
+            "status": self.status,
             "passed": self.passed,
-            "claims": [asdict(v) for v in self.claims],
+            "claims": [v.to_json() for v in self.claims],
             "runs": self.runs,
             "tables": self.tables,
             "seconds": round(self.seconds, 2),
@@ -267,16 +266,27 @@ class Study:
         if device is not None:
             offered["device"] = device
         tasks = []
-        for spec in specs:
-            if plan[spec.name] == "keep":
+        for members in _groups(specs):
+            spec = members[0]
+            actions = {plan[m.name] for m in members}
+            if actions == {"keep"}:
                 continue
-            kwargs = runner_kwargs(spec.runner, **offered, resume=plan[spec.name] == "resume")
-            if plan[spec.name] == "resume" and "resume" not in kwargs:
-                shutil.rmtree(out / "runs" / spec.name)  # this runner can only start over
-                plan[spec.name] = "restart"
-            run_dir = (out / "runs" / spec.name).resolve()
+            action = "start" if "start" in actions else "resume"
+            kwargs = runner_kwargs(spec.runner, **offered, resume=action == "resume")
+            if action == "resume" and "resume" not in kwargs:
+                for m in members:  # this runner can only start over
+                    shutil.rmtree(out / "runs" / m.name)
+                action = "restart"
+            for m in members:
+                plan[m.name] = action
             cuda = (device or getattr(spec.config, "device", "cpu")) == "cuda"
-            tasks.append(RunTask(spec.name, spec.runner, spec.config, run_dir, kwargs, cuda))
+            dirs = [(out / "runs" / m.name).resolve() for m in members]
+            if spec.group is None:
+                tasks.append(RunTask(spec.name, spec.runner, spec.config, dirs[0], kwargs, cuda))
+            else:
+                names = tuple(m.name for m in members)
+                configs = [m.config for m in members]
+                tasks.append(RunTask(spec.group, spec.runner, configs, dirs, kwargs, cuda, names))
         if had_runs - _run_dirs(out):  # the old report would link to run reports now gone
             (out / "report.html").unlink(missing_ok=True)
         start = time.perf_counter()
@@ -290,16 +300,18 @@ class Study:
         outcomes = executor.map(tasks)
         try:
             for outcome in outcomes:
-                seconds[outcome.name] = round(outcome.seconds, 2)
                 if outcome.error and outcome.error.startswith("RunLockedError: "):
                     raise RunLockedError(outcome.error.removeprefix("RunLockedError: "))
-                if not (out / "runs" / outcome.name / "metrics.sqlite").is_file():
-                    record_failure(out / "runs" / outcome.name, "the runner wrote no store")
-                run = load_run(out / "runs" / outcome.name)
-                report(outcome.name, run.status, outcome.seconds, _DONE[plan[outcome.name]])
-                # from the store (any runner, any return value), or a signal after the run ended
-                if run.status == "interrupted" or outcome.signal is not None:
-                    _raise_interrupted(outcome.name, run, outcome.signal)
+                share = outcome.seconds / len(outcome.names)  # an ensemble's time, per member
+                for name in outcome.names:
+                    seconds[name] = round(share, 2)
+                    if not (out / "runs" / name / "metrics.sqlite").is_file():
+                        record_failure(out / "runs" / name, "the runner wrote no store")
+                    run = load_run(out / "runs" / name)
+                    report(name, run.status, share, _DONE[plan[name]])
+                    # from the store (any runner, any return value), or a signal after it ended
+                    if run.status == "interrupted" or outcome.signal is not None:
+                        _raise_interrupted(name, run, outcome.signal)
         finally:
             outcomes.close()  # an interrupted study stops the runs still executing
         stop = getattr(executor, "stop_signal", None)
@@ -358,6 +370,7 @@ class Study:
             seconds=seconds(),
             out=out,
             tables=analysis.tables,
+            seed=_base_seed(out),
         )
         (out / "verdict.json").write_text(dump_json(outcome.to_json()))
         from dynascope.report.html import write_study_report
@@ -370,6 +383,27 @@ class Study:
         configs = {name: run.config for name, run in runs.items()}
         write_study_report(self, outcome, analysis.figures, out / "report.html", configs)
         return outcome
+
+
+def _groups(specs: list[RunSpec]) -> list[list[RunSpec]]:
+    """Specs in order, those sharing a ``group`` together (at its first member's place).
+
+    Raises:
+        ValueError: if the members of a group have different runners.
+    """
+    groups: dict[str, list[RunSpec]] = {}
+    out: list[list[RunSpec]] = []
+    for spec in specs:
+        if spec.group is None:
+            out.append([spec])
+        elif spec.group in groups:
+            if spec.runner != groups[spec.group][0].runner:
+                raise ValueError(f"group {spec.group!r}: its runs must share one runner")
+            groups[spec.group].append(spec)
+        else:
+            groups[spec.group] = [spec]
+            out.append(groups[spec.group])
+    return out
 
 
 def resolve_device(device: str | None) -> str | None:
@@ -430,6 +464,14 @@ def _reporter(on_run: Callable[..., None] | None) -> Callable[[str, Any, Any, st
             on_run(name, status or "unknown", seconds)
 
     return report
+
+
+def _base_seed(out: Path) -> int | None:
+    """The seed the study's runs were shifted by, from ``out/study.json`` (``None``: unknown)."""
+    try:
+        return int(json.loads((out / "study.json").read_text())["seed"])
+    except (FileNotFoundError, KeyError, TypeError, ValueError):
+        return None
 
 
 def _previous_seconds(out: Path) -> dict[str, Any]:
