@@ -21,6 +21,8 @@ steps (``loss`` as ``train.loss``, ``learning_rate`` as ``train.lr``, ``grad_nor
 ``train.grad_norm``, ``eval_X`` as ``val.X``, without the ``*_runtime`` and ``*_per_second``
 timings), and the run status (``running`` when training begins, ``finished`` when it ends) in
 sinks that keep one (:class:`dynascope.RunStore`). The sinks are flushed at the end.
+``transformers.Trainer`` has no callback event for an exception, so a run that raises stays
+``running`` (as a killed one does).
 
 With ``trainer=`` the probe values also go to the trainer's own loggers (``report_to``:
 TensorBoard, W&B, MLflow, ...) through ``trainer.log``, one call per measured step, with
