@@ -36,6 +36,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "capture": (".nn", "capture"),
     "RunStore": (".store", "RunStore"),
     "load_run": (".store", "load_run"),
+    "load_study": (".store", "load_study"),
     "Trainer": (".train", "Trainer"),
 }
 __all__ = [*_LAZY, "__version__"]
@@ -57,6 +58,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from .nn import capture as capture
     from .store import RunStore as RunStore
     from .store import load_run as load_run
+    from .store import load_study as load_study
     from .train import Trainer as Trainer
 
 

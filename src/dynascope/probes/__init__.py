@@ -93,6 +93,10 @@ from .recurrent import one_step_gd_prediction as one_step_gd_prediction
 from .recurrent import optimal_gd_learning_rate as optimal_gd_learning_rate
 from .recurrent import pruned_copy as pruned_copy
 from .recurrent import query_gradient as query_gradient
+from .sharpness import HessianEigen as HessianEigen
+from .sharpness import Sharpness as Sharpness
+from .sharpness import hessian_top_eigenvalues as hessian_top_eigenvalues
+from .sharpness import hessian_trace as hessian_trace
 from .slingshot import SlingshotCycle as SlingshotCycle
 from .slingshot import detect_slingshots as detect_slingshots
 from .slingshot import grok_step as grok_step
