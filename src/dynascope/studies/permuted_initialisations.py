@@ -280,7 +280,9 @@ def _run(config: PermutedInitRunConfig, run_dir: Path, device: torch.device) -> 
         mid = min(range(len(alphas)), key=lambda i: abs(alphas[i] - 0.5))
         init_a = snaps[0][0]
         for name, perms in methods.items():
-            net_b = models[1] if perms is None else perm.apply_permutation(models[1], perms)
+            net_b = (
+                models[1] if perms is None else perm.apply_permutation(models[1], perms, x_match)
+            )
             path = perm.interpolate(models[0], net_b, x_test, y_test, alphas, tune=tune)
             init_b = snaps[1][0] if perms is None else perm.permute_params(snaps[1][0], perms)
             avg = score(perm.load_params(models[0], perm.average_params([init_a, init_b])))
@@ -335,7 +337,7 @@ def _self_checks(model, x_train, x_test, y_test, tune, store, end, seed) -> None
     gen = torch.Generator().manual_seed(seed)
     params = perm.layer_params(model)
     perms = [torch.randperm(d, generator=gen) for d in perm.hidden_widths(params)]
-    permuted = perm.apply_permutation(model, perms)
+    permuted = perm.apply_permutation(model, perms, x_train)
     with torch.no_grad():
         diff = (model(x_test) - permuted(x_test)).abs().max()
     truth = [perm.invert_permutation(p) for p in perms]
