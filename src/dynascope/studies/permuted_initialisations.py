@@ -74,6 +74,7 @@ from dynascope.nn.permutation_nets import KaimingMLP
 from dynascope.probes import permutation as perm
 from dynascope.store import RunStore
 from dynascope.studies._permuted_initialisations_analysis import analyze
+from dynascope.studies._transformer_barrier import TransformerBarrierConfig, run_transformer_barrier
 from dynascope.studies.base import RunSpec, Study, one_intra_op_thread
 from dynascope.tasks import Digits
 
@@ -169,6 +170,8 @@ class PermutedInitialisationsPreset(BaseModel):
     cnn_archs: list[str] = Field(default_factory=list)
     cnn_optimizers: list[OptimizerChoice] = Field(default_factory=lambda: [OptimizerChoice()])
     cnn_pairs: int = Field(1, ge=1)
+    transformer_pairs: int = Field(0, ge=0, description="recall transformers: barrier runs")
+    transformer: TransformerBarrierConfig = Field(default_factory=TransformerBarrierConfig)
 
 
 # -- the runner -------------------------------------------------------------------------------
@@ -381,6 +384,7 @@ def fast() -> PermutedInitialisationsPreset:
         nway_hidden=[1024],
         nway_nets=10,
         cnn_archs=["32-32-avg-64-64"],
+        transformer_pairs=3,
     )
 
 
@@ -405,6 +409,7 @@ def paper() -> PermutedInitialisationsPreset:
             OptimizerChoice(optimizer="sgd", lr=0.01, weight_decay=1e-4),
             OptimizerChoice(optimizer="sgd", lr=0.03, weight_decay=1e-4),
         ],
+        transformer_pairs=3,
     )
 
 
@@ -457,6 +462,9 @@ def build_runs(preset: PermutedInitialisationsPreset, seed: int = 0) -> list[Run
                     match_steps=[],
                     **choice.model_dump(),
                 )
+    for k in range(preset.transformer_pairs):  # issue 20: barrier of matched transformers
+        config = preset.transformer.model_copy(update={"seed": s0 + k})
+        specs.append(RunSpec(f"transformer_recall_p{k}", config, run_transformer_barrier))
     return specs
 
 
