@@ -30,6 +30,7 @@ from typing import Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
+from torch import nn
 from torch.func import functional_call
 
 from dynascope.config import RunConfig
@@ -38,6 +39,7 @@ from dynascope.probes.permutation import interpolate_parameters
 from dynascope.store import Run, RunStore
 from dynascope.studies._run_values import last_or_nan
 from dynascope.studies.base import one_intra_op_thread
+from dynascope.tasks.base import Task
 from dynascope.train import Trainer
 
 __all__ = ["TransformerBarrierConfig", "barrier_tables", "run_transformer_barrier", "split_runs"]
@@ -62,7 +64,7 @@ class TransformerBarrierConfig(BaseModel):
     d_mlp: int = Field(64, ge=0)
     lr: float = Field(3e-3, gt=0)
     steps: int = Field(1500, ge=1)
-    batch_size: int = Field(64, ge=1)
+    batch_size: int = Field(128, ge=1)
     n_match: int = Field(512, ge=1, description="sequences the matching reads")
     n_eval: int = Field(2048, ge=1, description="held-out sequences along the path")
     n_alphas: int = Field(11, ge=3)
@@ -126,8 +128,14 @@ def measure_pair(config: TransformerBarrierConfig) -> dict[str, torch.Tensor]:
     """Barriers of one seed pair (module glossary); keys ``barrier.{method}.{loss,error}``,
     ``path.{method}.loss`` ``[n_alpha]``, ``net{a,b}.accuracy``, ``path.alphas``."""
     trainers = [_train(config, 2 * config.seed + i) for i in range(2)]
-    task = trainers[0].task
-    model_a, model_b = (t.model.eval() for t in trainers)
+    return pair_barriers(config, trainers[0].task, trainers[0].model, trainers[1].model)
+
+
+def pair_barriers(
+    config: TransformerBarrierConfig, task: Task, model_a: nn.Module, model_b: nn.Module
+) -> dict[str, torch.Tensor]:
+    """The measurements of :func:`measure_pair` on two given (trained) nets."""
+    model_a, model_b = model_a.eval(), model_b.eval()
     gen = torch.Generator().manual_seed(10_000 + config.seed)  # shared by both nets
     x_match = task.batch("val", config.n_match, gen)["x"]
     batch = task.batch("val", config.n_eval, gen)

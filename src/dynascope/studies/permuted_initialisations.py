@@ -44,6 +44,9 @@ reads only the stores):
   of permuted inits (``nway`` runs); self-checks on net 0: a random permutation changes no
   output, matching net 0 to its permuted copy recovers the permutation, the barrier of net 0
   with itself.
+- Transformers (issue 20; reported, not gated): per seed pair two recall transformers trained
+  by the engine, matched by ``match_transformers``, NLL/error barriers before and after
+  (:mod:`dynascope.studies._transformer_barrier`, docs/permutations.md).
 
 Verdicts (per gated architecture, the ``pairs`` group: MLP 64-1024-10 and 64-512-512-10; means
 over the seed pairs; chance = 0.10):
