@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from dynascope.nn import KaimingMLP, Transformer
@@ -117,12 +119,12 @@ def test_layernorm_gains_must_move_with_the_residual_stream():
     broken = _transformer(use_bias=True)
     with torch.no_grad():
         for name, w in broken.named_parameters():
-            w.copy_(getattr_path(model, name) if ".ln" in f".{name}" else state[name])
+            w.copy_(_param(model, name) if ".ln" in f".{name}" else state[name])
     with pytest.raises(ValueError, match="the permuted model computes another function"):
         perm.check_same_function(model, broken, x)
 
 
-def getattr_path(model: nn.Module, name: str) -> torch.Tensor:
+def _param(model: nn.Module, name: str) -> torch.Tensor:
     return model.get_parameter(name).detach()
 
 
@@ -182,3 +184,35 @@ def test_bad_inputs_are_one_line_errors():
 def _replace(p: TransformerPermutation, **fields) -> TransformerPermutation:
     values = {k: getattr(p, k) for k in ("residual", "heads", "qk", "ov", "mlp", "probe")}
     return TransformerPermutation(**{**values, **fields})
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    n_layers=st.integers(1, 2),
+    n_heads=st.integers(1, 3),
+    d_head=st.integers(1, 4),
+    d_mlp=st.sampled_from([None, 1, 5]),
+    use_bias=st.booleans(),
+    use_ln=st.booleans(),
+    seed=st.integers(0, 10_000),
+)
+def test_any_permutation_of_any_small_transformer_preserves_the_function(
+    n_layers, n_heads, d_head, d_mlp, use_bias, use_ln, seed
+):
+    model = _transformer(
+        seed,
+        n_layers=n_layers,
+        d_model=5,
+        n_heads=n_heads,
+        d_head=d_head,
+        d_mlp=d_mlp,
+        use_bias=use_bias,
+        use_ln=use_ln,
+    )
+    x = _tokens(8, seed)
+    p = TransformerPermutation.random(model, torch.Generator().manual_seed(seed + 1))
+    permuted = apply_permutation(model, p, x)
+    torch.testing.assert_close(permuted(x), model(x), rtol=0, atol=1e-10)
+    back = apply_permutation(permuted, p.inverse(), x)
+    for a, b in zip(back.parameters(), model.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

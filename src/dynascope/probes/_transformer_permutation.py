@@ -53,14 +53,17 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
+
+from dynascope.nn.transformer import Transformer
 
 from ._assignment import activation_similarity, invert_permutation, match_units
 from ._permutation_chain import check_same_function, probe_batch
 
 _ATTENTION = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")
 _MLP = ("W_in", "b_in", "W_out", "b_out")
-_ELEMENTWISE = ("gelu", "relu")
+_ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}  # the MLP's (unit-wise) activations
 
 
 @dataclass(frozen=True, eq=False)
@@ -149,8 +152,6 @@ class TransformerPermutation:
 
 def _layout(model: nn.Module) -> list[nn.Module]:
     """The blocks of a supported Transformer; raises a one-line error otherwise."""
-    from dynascope.nn import Transformer
-
     if not isinstance(model, Transformer):
         raise ValueError(f"model must be a dynascope.nn.Transformer (got {type(model).__name__})")
     expected = {"W_E", "W_in", "W_pos", "W_U", "b_U", "ln_final.weight", "ln_final.bias"}
@@ -161,7 +162,7 @@ def _layout(model: nn.Module) -> list[nn.Module]:
                 f"blocks.{i}.attn: kind must be 'softmax' or 'linear' without relative "
                 f"positions (got kind={attn.kind!r})"
             )
-        if block.mlp is not None and block.mlp.activation not in _ELEMENTWISE:
+        if block.mlp is not None and block.mlp.activation not in _ACTIVATIONS:
             raise ValueError(f"blocks.{i}.mlp: activation {block.mlp.activation!r} unsupported")
         expected |= {f"blocks.{i}.attn.{n}" for n in _ATTENTION}
         expected |= {f"blocks.{i}.mlp.{n}" for n in _MLP}
@@ -318,8 +319,6 @@ def _match_heads(s_qk: Tensor, s_ov: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 
 def _record(model: nn.Module, x: Tensor) -> dict[str, list[Tensor]]:
     """Residual-stream rows, per-block q/k/v ``[rows, n_heads, d_head]`` and MLP hidden rows."""
-    from dynascope.nn.transformer import _ACTIVATIONS
-
     blocks = _layout(model)
     acts: dict[str, list[Tensor]] = {"residual": [], "q": [], "k": [], "v": [], "mlp": []}
 
