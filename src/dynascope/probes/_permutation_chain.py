@@ -40,7 +40,6 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten
 
 LayerParams = list[tuple[Tensor, Tensor | None]]
 
@@ -78,16 +77,14 @@ class _Provenance(TorchFunctionMode):
         self.alive: list[Tensor] = []
 
     def tag(self, value: object, tags: frozenset[str]) -> None:
-        for t in tree_flatten(value)[0]:
-            if isinstance(t, Tensor):
-                self.tags[id(t)] = tags
-                self.alive.append(t)
+        for t in _tensors(value):
+            self.tags[id(t)] = tags
+            self.alive.append(t)
 
     def of(self, value: object) -> frozenset[str]:
         tags: frozenset[str] = frozenset()
-        for t in tree_flatten(value)[0]:
-            if isinstance(t, Tensor):
-                tags = tags | self.tags.get(id(t), frozenset())
+        for t in _tensors(value):
+            tags = tags | self.tags.get(id(t), frozenset())
         return tags
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -97,6 +94,18 @@ class _Provenance(TorchFunctionMode):
         if tags:
             self.tag(out, tags)
         return out
+
+
+def _tensors(value: object):
+    """Every tensor in ``value``, descending into tuples, lists and dict values."""
+    if isinstance(value, Tensor):
+        yield value
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _tensors(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
 
 
 def _names(tags: frozenset[str]) -> str:
