@@ -268,7 +268,10 @@ def weight_matching(
     more than ``tol``. Stops after a sweep without such a gain, or after ``max_sweeps``.
 
     Args:
-        params_a, params_b: :func:`layer_params` of two nets of the same architecture.
+        params_a, params_b: :func:`layer_params` of two nets of the same architecture; give
+            it the probe batch (``layer_params(model, x)``) so the layers come in executed
+            order, checked to be a chain. Apply the result with ``apply_permutation(model_b,
+            perms, x)``.
         max_sweeps: sweep cap (S7: 100).
         tol: minimum gain of ``sum_j S[j, pi[j]]`` that counts as progress (S7: 1e-12).
         generator: order of the visits (``None``: torch's global generator).
