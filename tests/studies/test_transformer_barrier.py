@@ -13,6 +13,7 @@ import math
 import torch
 
 from dynascope import load_run
+from dynascope.studies._permuted_initialisations_analysis import analyze
 from dynascope.studies._transformer_barrier import (
     TransformerBarrierConfig,
     barrier_tables,
@@ -46,6 +47,10 @@ def test_a_tiny_pair_end_to_end(tmp_path):
     assert "before/after matching" in title and rows[0]["seeds"] == "2, 3"
     assert not math.isnan(rows[0]["NLL barrier activation (nats)"])
     assert barrier_tables({}) == {}
+    # the study's analysis sets the run aside from the MLP/CNN runs and reports its table
+    (tmp_path / "figures").mkdir()
+    analysis = analyze({"transformer_recall_p0": run}, tmp_path / "figures")
+    assert analysis.tables[title] == rows
 
 
 def test_the_fast_preset_adds_one_run_per_seed_pair():
