@@ -72,10 +72,12 @@ from .norms import group_norms as group_norms
 from .norms import last_layer_name as last_layer_name
 from .norms import layer_groups as layer_groups
 from .norms import role_groups as role_groups
+from .permutation import TransformerPermutation as TransformerPermutation
 from .permutation import activation_matching as activation_matching
 from .permutation import apply_permutation as apply_permutation
 from .permutation import interpolate as interpolate
 from .permutation import loss_barrier as loss_barrier
+from .permutation import match_transformers as match_transformers
 from .permutation import weight_matching as weight_matching
 from .randomized import bits_to_int as bits_to_int
 from .randomized import majority_vote as majority_vote
