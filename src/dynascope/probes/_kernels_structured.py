@@ -134,16 +134,21 @@ class _Tracer(TorchFunctionMode):
                     self.tainted[id(t)] = weakref.ref(t)
                     self.activation_bytes += t.numel() * t.element_size()
         tracked = [(t, r) for t in flat if (r := self.ref(t)) is not None]
-        if tracked and outs:
-            if len({r.name for _, r in tracked}) > 1 or len(tracked) > 1:
-                for _, r in tracked:
-                    self.bad.setdefault(r.name, f"used with another parameter in {_name(func)}")
-            else:
-                t, r = tracked[0]
-                if not (len(outs) == 1 and outs[0] is t):  # identity ops (contiguous, to)
-                    reason = self._interpret(_name(func), func, args, kwargs, out, t, r)
-                    if reason is not None:
-                        self.bad.setdefault(r.name, reason)
+        if not tracked or not outs:
+            return out
+        name = _name(func)
+        x_in = args[0] if args else kwargs.get("input")
+        # F.linear(x, W, b) with W and b both parameters: two separate uses.
+        separate = name == "linear" and len(tracked) == 2 and self.ref(x_in) is None
+        if len(tracked) > 1 and not separate:
+            for _, r in tracked:
+                self.bad.setdefault(r.name, f"used with another parameter in {name}")
+            return out
+        for t, r in tracked:
+            if not (len(outs) == 1 and outs[0] is t):  # identity ops (contiguous, to)
+                reason = self._interpret(name, func, args, kwargs, out, t, r)
+                if reason is not None:
+                    self.bad.setdefault(r.name, reason)
         return out
 
     def _derive(self, out, ref: _Ref) -> None:
