@@ -284,20 +284,23 @@ def test_structured_refuses_data_dependent_uses_across_blocks():
         empirical_ntk(model_fn, {"W": W}, x, strategy="structured", chunk_size=1)
 
 
-def test_auto_strategy_picks_structured_only_when_something_is_structured(monkeypatch):
+def test_auto_strategy_is_structured_with_jacobian_fallback(monkeypatch):
     calls = []
-    original = kernels.entk_structured
-    monkeypatch.setattr(kernels, "entk_structured",
-                        lambda *a: calls.append(1) or original(*a))  # fmt: skip
+    for name in ("entk_structured", "entk_jacobian", "entk_jvp_vjp"):
+        original = getattr(kernels, name)
+        monkeypatch.setattr(kernels, name,
+                            lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))  # fmt: skip
     fn, params = model_function(_mlp(2, True))
     x = _inputs((4, 3))
     K = empirical_ntk(fn, params, x, mode="trace")
-    assert calls == [1]
+    assert calls == ["entk_structured"]
     torch.testing.assert_close(K, _oracle(fn, params, x, x, "trace"), rtol=0, atol=1e-10)
-    ln = nn.LayerNorm(3).to(F64)
+    ln = nn.LayerNorm(3).to(F64)  # nothing to read: every parameter falls back
     fn_ln, params_ln = model_function(ln)
+    assert all(
+        k.startswith("fallback") for k in empirical_ntk_structure(fn_ln, params_ln, x).values()
+    )
     K_ln = empirical_ntk(fn_ln, params_ln, x, mode="trace")
-    assert calls == [1]  # nothing to structure: the jacobian strategy ran
     torch.testing.assert_close(K_ln, _oracle(fn_ln, params_ln, x, x, "trace"), rtol=0, atol=1e-10)
 
 

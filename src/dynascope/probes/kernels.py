@@ -143,9 +143,11 @@ def empirical_ntk(
     - ``"jvp_vjp"``: for each example i of x1 and output c, one vjp ``v = J(x1_i)^T e_c``
       then one jvp ``J(x2) v`` over all of x2; no Jacobian of x2 is formed, at the price of
       n1 * d_out forward passes over x2 (needs forward-mode AD through the model).
-    - ``"auto"`` (default), the fastest that applies: ``"structured"`` when at least one
-      parameter has a structure it reads (a linear map, an embedding, an added bias), else
-      ``"jacobian"``. On the MLP of ``benchmarks/entk.py`` (32-512-512-10, 128 inputs) the
+    - ``"auto"`` (default), the fastest that applies: ``"structured"``, which takes every
+      parameter it can read (a linear map, an embedding, an added bias) and hands the others
+      to ``"jacobian"`` (the faster of the two others on CPU, and reverse mode only, so it
+      applies to every model); with nothing to read this is ``"jacobian"`` plus one traced
+      forward pass. On the MLP of ``benchmarks/entk.py`` (32-512-512-10, 128 inputs, CPU) the
       structured strategy is about 100x faster than the other two (docs/benchmarks.md).
 
     Every strategy assumes the model treats examples independently (no batch statistics) and,
@@ -193,13 +195,10 @@ def empirical_ntk(
     ):
         raise ValueError(f"memory_budget must be None or bytes >= 1 (got {memory_budget!r})")
     with quiet_functorch():
-        summary = None
-        if strategy == "auto" or memory_budget is not None:
-            summary = summarize(model_fn, params, x1)
-        if strategy == "auto":
-            structured = any(p > 0 for p, _, _ in summary.structured.values())
-            strategy = "structured" if structured else "jacobian"
+        if strategy == "auto":  # structured covers what it can; the rest is the jacobian's
+            strategy = "structured"
         if memory_budget is not None:
+            summary = summarize(model_fn, params, x1)
             chunk_size = _fit_budget(summary, x1, x2, mode, strategy, chunk_size, memory_budget)
         if strategy == "structured":
             return entk_structured(model_fn, params, x1, x2, mode, chunk_size, entk_jacobian)
