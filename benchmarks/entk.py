@@ -178,7 +178,7 @@ def _dynascope_child(path: str, repeats: int) -> None:
     import numpy as np
 
     from dynascope.nn.mlp import MLP
-    from dynascope.probes.kernels import empirical_ntk, model_function
+    from dynascope.probes.kernels import empirical_ntk, empirical_ntk_memory, model_function
 
     torch.set_num_threads(1)
     data = np.load(path)
@@ -188,18 +188,25 @@ def _dynascope_child(path: str, repeats: int) -> None:
             p.copy_(torch.from_numpy(data[k]))
     x = torch.from_numpy(data["x"])
     fn, params = model_function(model)
+    estimate = empirical_ntk_memory(fn, params, x, mode="full")["structured"]
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     times, kernels = {}, {}
     for mode in ("full", "trace"):
         empirical_ntk(fn, params, x, mode=mode, strategy="structured")  # warm-up
-        walls = []
+        if mode == "full":  # peak growth of the first full call (KiB on Linux)
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+        walls, cpus = [], []
         for _ in range(repeats):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             K = empirical_ntk(fn, params, x, mode=mode, strategy="structured")
             walls.append(time.perf_counter() - t0)
+            cpus.append(time.process_time() - c0)
         times[mode] = statistics.median(walls)
+        times[mode + "/cpu"] = statistics.median(cpus)
         kernels[mode] = K.numpy()
     np.savez(path.replace(".npz", ".dyn.npz"), **kernels)
-    print(json.dumps({"times": times}))
+    memory = {"estimate_mib": estimate / 2**20, "peak_growth_mib": peak / 1024}
+    print(json.dumps({"times": times, "memory": memory}))
 
 
 def neural_tangents(runs: int, repeats: int, implementations: str, nt_python: str) -> None:
@@ -214,15 +221,27 @@ def neural_tangents(runs: int, repeats: int, implementations: str, nt_python: st
         rows = []
         for run in range(runs):
             cmd = [sys.executable, __file__, "dyn-child", path, str(repeats)]
-            dyn = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True)
-                             .stdout.strip().splitlines()[-1])["times"]  # fmt: skip
+            dyn = json.loads(
+                subprocess.run(cmd, check=True, capture_output=True, text=True)
+                .stdout.strip()
+                .splitlines()[-1]
+            )
             env = {**os.environ, "OMP_NUM_THREADS": "1", "NT_IMPLEMENTATIONS": implementations}
-            out = subprocess.run([nt_python, NT_SCRIPT, path, str(repeats)], check=True,
-                                 capture_output=True, text=True, env=env).stdout  # fmt: skip
+            out = subprocess.run(
+                [nt_python, NT_SCRIPT, path, str(repeats)],
+                check=True,
+                capture_output=True,
+                text=True,
+                env=env,
+            ).stdout
             nt = json.loads(out.strip().splitlines()[-1])
-            rows.append((dyn, nt["times"]))
-            print(f"run {run + 1}: load avg {os.getloadavg()[0]:.1f}; jax {nt['jax']}, "
-                  f"neural-tangents {nt['neural_tangents']}")  # fmt: skip
+            rows.append((dyn["times"], nt["times"]))
+            mem = dyn["memory"]
+            print(
+                f"run {run + 1}: load avg {os.getloadavg()[0]:.1f}; jax {nt['jax']}, "
+                f"neural-tangents {nt['neural_tangents']}; structured full: memory estimate "
+                f"{mem['estimate_mib']:.1f} MiB, peak growth {mem['peak_growth_mib']:.1f} MiB"
+            )
         ours = np.load(path.replace(".npz", ".dyn.npz"))
         theirs = np.load(path.replace(".npz", ".nt.npz"))
         for mode in ("full", "trace"):
@@ -230,20 +249,37 @@ def neural_tangents(runs: int, repeats: int, implementations: str, nt_python: st
             for key in theirs.files:
                 if key.endswith(mode):
                     err = np.abs(theirs[key] - ref).max() / np.abs(ref).max()
-                    print(f"values {mode}: neural-tangents implementation {key[0]} vs dynascope: "
-                          f"relative max difference {err:.1e}")  # fmt: skip
-    print(f"{'mode':<7}{'run':>4}{'dynascope s':>13}" + "".join(
-        f"{'nt impl ' + i + ' s':>15}" for i in implementations.split(",")) +
-          f"{'ratio to best nt':>18}")  # fmt: skip
+                    print(
+                        f"values {mode}: neural-tangents implementation {key[0]} vs dynascope: "
+                        f"relative max difference {err:.1e}"
+                    )
+    impls = implementations.split(",")
+    print("seconds per call (median of repeats), wall / CPU")
+    print(
+        f"{'mode':<7}{'run':>4}{'dynascope':>18}"
+        + "".join(f"{'nt impl ' + i:>18}" for i in impls)
+        + f"{'ratio wall':>12}{'ratio CPU':>11}"
+    )
     for mode in ("full", "trace"):
-        ratios = []
+        ratios, cpu_ratios = [], []
         for run, (dyn, nt) in enumerate(rows):
-            impl = [nt[f"{i}/{mode}"] for i in implementations.split(",")]
-            ratios.append(dyn[mode] / min(impl))
-            print(f"{mode:<7}{run + 1:>4}{dyn[mode]:>13.4f}" + "".join(f"{t:>15.4f}" for t in impl)
-                  + f"{ratios[-1]:>18.2f}")  # fmt: skip
-        print(f"{mode}: median ratio dynascope / neural-tangents best = "
-              f"{statistics.median(ratios):.2f}")  # fmt: skip
+            best = min(impls, key=lambda i: nt[f"{i}/{mode}"])
+            ratios.append(dyn[mode] / nt[f"{best}/{mode}"])
+            cpu_ratios.append(dyn[mode + "/cpu"] / nt[f"{best}/{mode}/cpu"])
+            cells = [
+                f"{d[0]:.4f} / {d[1]:.4f}"
+                for d in [(dyn[mode], dyn[mode + "/cpu"])]
+                + [(nt[f"{i}/{mode}"], nt[f"{i}/{mode}/cpu"]) for i in impls]
+            ]
+            print(
+                f"{mode:<7}{run + 1:>4}"
+                + "".join(f"{c:>18}" for c in cells)
+                + f"{ratios[-1]:>12.2f}{cpu_ratios[-1]:>11.2f}"
+            )
+        print(
+            f"{mode}: median ratio dynascope / neural-tangents fastest: wall "
+            f"{statistics.median(ratios):.2f}, CPU {statistics.median(cpu_ratios):.2f}"
+        )
     print(f"load avg after: {os.getloadavg()[0]:.1f}")
 
 

@@ -10,8 +10,8 @@ builds the same function in jax, and times ``nt.empirical_ntk_fn`` for ``impleme
 (Jacobian contraction), 2 (NTK-vector products) and 3 (structured derivatives), full kernel
 (``trace_axes=()``) and trace (``trace_axes=(-1,)``; neural-tangents *averages* over the
 outputs, so the kernel is multiplied by d_out here to match dynascope's sum). Prints one JSON
-line: median wall seconds per (implementation, mode) after a compile call, and the kernels
-saved to ``WEIGHTS.nt.npz`` for the value check.
+line: median wall and process-CPU seconds per (implementation, mode) after a compile call, and
+saves the kernels to ``WEIGHTS.nt.npz`` for the value check.
 
 Environment: ``NT_IMPLEMENTATIONS`` (default ``1,2,3``) picks the implementations; one XLA
 thread (``--xla_cpu_multi_thread_eigen=false
@@ -59,12 +59,14 @@ def main() -> None:
                 nt.empirical_ntk_fn(apply_fn, trace_axes=axes, vmap_axes=0, implementation=impl)
             )
             K = fn(x, None, params).block_until_ready()  # compile
-            walls = []
+            walls, cpus = [], []
             for _ in range(repeats):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 K = fn(x, None, params).block_until_ready()
                 walls.append(time.perf_counter() - t0)
+                cpus.append(time.process_time() - c0)
             times[f"{impl}/{mode}"] = statistics.median(walls)
+            times[f"{impl}/{mode}/cpu"] = statistics.median(cpus)
             kernels[f"{impl}_{mode}"] = np.asarray(K) * (d_out if mode == "trace" else 1)
     np.savez(path.replace(".npz", ".nt.npz"), **kernels)
     print(json.dumps({"jax": jax.__version__, "neural_tangents": nt.__version__, "times": times}))
