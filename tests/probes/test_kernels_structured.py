@@ -273,6 +273,24 @@ def test_structured_falls_back_on_tied_weights_and_custom_gradients():
     torch.testing.assert_close(K, _oracle(model_fn, params, x1, x2, "full"), rtol=0, atol=1e-10)
 
 
+def test_structured_falls_back_on_sequence_first_layout():
+    """``[pos, batch, d]`` inside the model with pos == batch: the tracer's shape test passes,
+    the per-example weighted gradient check does not."""
+    g = torch.Generator().manual_seed(0)
+    params = {"W": torch.randn(3, 2, generator=g, dtype=F64)}
+
+    def model_fn(p, x):  # x [batch, pos, 3]
+        h = torch.tanh(x.transpose(0, 1) @ p["W"])  # [pos, batch, 2]
+        return h.transpose(0, 1).reshape(x.shape[0], -1)
+
+    x1, x2 = _inputs((3, 3, 3)), _inputs((3, 3, 3), seed=2)
+    assert empirical_ntk_structure(model_fn, params, x1) == {
+        "W": "fallback (its gradient is not rebuilt from the recorded uses)"
+    }
+    K = empirical_ntk(model_fn, params, x1, x2, mode="full", strategy="structured")
+    torch.testing.assert_close(K, _oracle(model_fn, params, x1, x2, "full"), rtol=0, atol=1e-10)
+
+
 def test_structured_refuses_data_dependent_uses_across_blocks():
     W = torch.randn(3, 2, dtype=F64)
 

@@ -8,15 +8,17 @@ parameters contribute ``(sum_p g_p) . (sum_p' g'_p')``; embedding rows (``W_E[id
 one-hot inputs, so ``a_p . a'_p'`` is the test ``id_p == id'_p'``.
 
 How the structure is found: ``model_fn`` runs once per block of examples under a
-``TorchFunctionMode`` (:mod:`dynascope.probes._kernels_trace`) that follows every tensor derived from a parameter (scaled, transposed or
-sliced) and records each use it understands (linear, embedding, additive), with the input a and
-the output y; any other use of a parameter (LayerNorm, a fused concatenation, an unknown op)
-sends that parameter to the fallback strategy. One batched backward pass (``d_out``
-cotangents at once) gives every g. A plain forward and backward pass on the block's first 4
-examples checks, per parameter, that the gradient rebuilt from (a, g) equals autograd's (for a
-random mix of the outputs, to 1e4 machine epsilons of the largest gradient): a parameter that
-fails (a use the tracer did not see, a custom backward) also falls back. Examples sit on the
-first axis of every activation and are independent (as for the other strategies).
+``TorchFunctionMode`` (:mod:`dynascope.probes._kernels_trace`) that follows every tensor derived
+from a parameter (scaled, transposed or sliced) and records each use it understands (linear,
+embedding, additive), with the input a and the output y; any other use of a parameter
+(LayerNorm, a fused concatenation, an unknown op) sends that parameter to the fallback strategy.
+One batched backward pass (``d_out`` cotangents at once) gives every g. A plain forward and
+backward pass on the block's first 4 examples checks, per parameter, that the gradient rebuilt
+from (a, g) equals autograd's (for a random mix of the outputs and a random weight per example,
+to 1e4 machine epsilons of the largest gradient): a parameter that fails (a use the tracer did
+not see, a custom backward, an activation whose first axis is not the examples') also falls
+back. Examples must be
+independent (as for the other strategies).
 
 Glossary:
     n:         examples in a block; C: ``d_out``, outputs per example (the model's outputs
@@ -161,16 +163,19 @@ def features(model_fn: ModelFn, params: dict[str, Tensor], x: Tensor) -> Feature
                 pieces[name] = (kind, a, torch.cat(gs, dim=2))
         # Check, on the first few examples (examples are independent): the gradient rebuilt
         # from (a, g) for a random mix of outputs equals autograd's through a plain forward.
+        # Each example has its own random weight, so pieces taken along an axis that is not
+        # the examples' (a sequence-first layout with as many positions as examples) fail.
         m = min(n, _CHECK_EXAMPLES)
         gen = torch.Generator(device=out.device).manual_seed(0)
         mix = torch.randn(C, generator=gen, dtype=out.dtype, device=out.device)
+        weight = torch.randn(m, generator=gen, dtype=out.dtype, device=out.device)
         names = list(pieces)
         grads = [None] * len(names)
         if names:
             out_m = as_2d(model_fn(leaves, x[:m]))
             if out_m.requires_grad:
                 grads = torch.autograd.grad(
-                    (out_m * mix).sum(), [leaves[k] for k in names], allow_unused=True
+                    (out_m * mix).sum(1) @ weight, [leaves[k] for k in names], allow_unused=True
                 )
     # Round-off is judged against the largest gradient: a parameter whose true gradient is 0
     # (b_K under softmax) rebuilds it only to round-off of the others' size.
@@ -185,7 +190,8 @@ def features(model_fn: ModelFn, params: dict[str, Tensor], x: Tensor) -> Feature
         use = candidates[name][0]
         ref, outside = _canonical_gradient(kind, grad, use.index, use.signature)
         a_m = None if a is None else a[:m] if kind == "embedding" else a[:, :m]
-        rebuilt, bound = _rebuilt_gradient(kind, a_m, g[:, :m], mix, tuple(params[name].shape))
+        g_m = g[:, :m] * weight[:, None, None, None]
+        rebuilt, bound = _rebuilt_gradient(kind, a_m, g_m, mix, tuple(params[name].shape))
         if rebuilt.numel() != ref.numel():
             feats.fallback[name] = "its gradient is not rebuilt from the recorded uses"
             continue
