@@ -17,8 +17,7 @@ backward pass on the block's first 4 examples checks, per parameter, that the gr
 from (a, g) equals autograd's (for a random mix of the outputs and a random weight per example,
 to 1e4 machine epsilons of the largest gradient): a parameter that fails (a use the tracer did
 not see, a custom backward, an activation whose first axis is not the examples') also falls
-back. Examples must be
-independent (as for the other strategies).
+back. Examples must be independent (as for the other strategies).
 
 Glossary:
     n:         examples in a block; C: ``d_out``, outputs per example (the model's outputs
