@@ -287,8 +287,41 @@ def test_structured_falls_back_on_sequence_first_layout():
     assert empirical_ntk_structure(model_fn, params, x1) == {
         "W": "fallback (its gradient is not rebuilt from the recorded uses)"
     }
-    K = empirical_ntk(model_fn, params, x1, x2, mode="full", strategy="structured")
-    torch.testing.assert_close(K, _oracle(model_fn, params, x1, x2, "full"), rtol=0, atol=1e-10)
+    ref = _oracle(model_fn, params, x1, x2, "full")
+    for chunk_size in (None, 2):  # blocks of 2 and 1: a one-example block passes the check
+        K = empirical_ntk(model_fn, params, x1, x2, mode="full", strategy="structured",
+                          chunk_size=chunk_size)  # fmt: skip
+        torch.testing.assert_close(K, ref, rtol=0, atol=1e-10)
+
+
+def test_structured_hf_gpt2_conv1d_weights_are_read():
+    """Tiny random Hugging Face GPT-2 (SDPA attention): ``Conv1D`` is ``addmm(b, x.view(-1, d),
+    W)``, read as a linear map over flattened (example, position) rows; the tied embedding and
+    the position embedding (ids without a batch axis) fall back."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=11, n_positions=8, n_embd=8, n_layer=1, n_head=2,
+                                  bos_token_id=0, eos_token_id=0)  # fmt: skip
+    gpt2 = transformers.GPT2LMHeadModel(cfg).to(F64).eval()
+
+    class Logits(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gpt2 = gpt2
+
+        def forward(self, ids):
+            return self.gpt2(ids).logits
+
+    fn, params = model_function(Logits())
+    x1, x2 = _tokens(2, pos=3, d_vocab=11), _tokens(2, pos=3, seed=4, d_vocab=11)
+    kinds = empirical_ntk_structure(fn, params, x1)
+    for name, kind in kinds.items():
+        if ".c_attn." in name or ".c_proj." in name or ".c_fc." in name:
+            assert kind == ("linear" if name.endswith("weight") else "additive"), name
+    assert kinds["gpt2.transformer.wte.weight"].startswith("fallback")
+    K = empirical_ntk(fn, params, x1, x2, mode="trace", strategy="structured")
+    ref = empirical_ntk(fn, params, x1, x2, mode="trace", strategy="jacobian")
+    torch.testing.assert_close(K, ref, rtol=0, atol=1e-12 * ref.abs().max().item())
 
 
 def test_structured_refuses_data_dependent_uses_across_blocks():

@@ -108,7 +108,9 @@ class Tracer(TorchFunctionMode):
         name = _name(func)
         x_in = args[0] if args else kwargs.get("input")
         # F.linear(x, W, b) with W and b both parameters: two separate uses.
-        separate = name == "linear" and len(tracked) == 2 and self.ref(x_in) is None
+        if name == "addmm":  # addmm(b, x, W): GPT-2's Conv1D
+            x_in = args[1] if len(args) > 1 else kwargs.get("mat1")
+        separate = name in ("linear", "addmm") and len(tracked) == 2 and self.ref(x_in) is None
         if len(tracked) > 1 and not separate:
             for _, r in tracked:
                 self.bad.setdefault(r.name, f"used with another parameter in {name}")
@@ -200,6 +202,14 @@ class Tracer(TorchFunctionMode):
             if t is not weight and isinstance(x_in, Tensor):  # the bias
                 return self._additive(r, t, out, x_in)
             return "linear with this argument layout"
+        if name == "addmm":
+            if kwargs or len(args) != 3 or not isinstance(args[1], Tensor) or args[1].ndim != 2:
+                return "addmm with beta, alpha or this argument layout"
+            if t is args[2] and t.ndim == 2:
+                return self._linear(r, args[1], t, out, "bk", "ko", "bo")
+            if t is args[0]:
+                return self._additive(r, t, out, args[1])
+            return "addmm with the parameter as the input"
         if name == "einsum":
             return self._einsum(r, args, t, out)
         if name in _ADD:
@@ -213,21 +223,25 @@ class Tracer(TorchFunctionMode):
             return self._additive(ref, t, out, other)
         return f"used by {name}"
 
-    def _batched(self, a, y) -> bool:
-        return (
-            isinstance(a, Tensor)
-            and self.is_tainted(a)
-            and a.ndim >= 1
-            and y.ndim >= 1
-            and a.shape[0] == self.n
-            and y.shape[0] == self.n
-        )
+    def _batched(self, a, y, flat: bool = True) -> bool:
+        """a (computed from x) and y lead with the examples: ``n``, or with ``flat``
+        ``n * k`` (examples and positions flattened example-major, as ``x.view(-1, d)``)."""
+        if not (isinstance(a, Tensor) and self.is_tainted(a) and a.ndim >= 1 and y.ndim >= 1):
+            return False
+        lead = a.shape[0]
+        ok = lead == self.n or (flat and lead > 0 and lead % self.n == 0)
+        return ok and y.shape[0] == lead
 
     def _record(self, r: _Ref, use: Use) -> None:
         self.uses[r.name].append(use)
 
     def _embedding(self, r: _Ref, ids, out: Tensor, padding_idx) -> str | None:
-        if r.dims != (0, 1) or r.index or not self._batched(ids, out) or out.ndim != ids.ndim + 1:
+        if (
+            r.dims != (0, 1)
+            or r.index
+            or not self._batched(ids, out, flat=False)
+            or out.ndim != ids.ndim + 1
+        ):
             return "embedding of a transformed weight or without a batch axis"
         rows = self.shapes[r.name][0]
         n, scale = self.n, r.scale
@@ -264,9 +278,9 @@ class Tracer(TorchFunctionMode):
         perm = [1, 0, *[k - k0 + 2 for k in (*mapped, *rest)]]
         n, scale = self.n, r.scale
 
-        def canon_g(gy: Tensor) -> Tensor:  # [C, n, ...] -> [1, n, 1, C, O]
+        def canon_g(gy: Tensor) -> Tensor:  # [C, n (* k), ...] -> [1, n, 1, C, O]
             g = gy.sum(dim=[d + 1 for d in summed], keepdim=True) if summed else gy
-            g = g.reshape(g.shape[0], n, *sizes).permute(*perm)
+            g = g.reshape(g.shape[0], n, -1, *sizes).sum(2).permute(*perm)
             return scale * g.reshape(1, n, 1, gy.shape[0], -1)
 
         signature = ("additive", _index_key(r.index))
@@ -310,7 +324,8 @@ class Tracer(TorchFunctionMode):
             a_kept = a_kept.sum(dim=[la.index(c) for c in R])
             la = "".join(c for c in la if c not in R)
         a_c = a_kept.permute(*[la.index(c) for c in (*S, b, *Pos, *K)])
-        a_c = scale * a_c.reshape(s_size, n, math.prod(size[c] for c in Pos), -1)
+        a_c = scale * a_c.reshape(s_size, n, -1, math.prod(size[c] for c in K))  # P absorbs a
+        # flattened leading axis n * k
         perm_y = [ly.index(c) + 1 for c in (*S, b, *Pos)] + [0] + [ly.index(c) + 1 for c in O]
 
         o_size = math.prod(size[c] for c in O)
