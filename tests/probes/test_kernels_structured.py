@@ -324,6 +324,22 @@ def test_structured_hf_gpt2_conv1d_weights_are_read():
     torch.testing.assert_close(K, ref, rtol=0, atol=1e-12 * ref.abs().max().item())
 
 
+def test_structured_use_under_no_grad_contributes_nothing():
+    g = torch.Generator().manual_seed(0)
+    params = {"W": torch.randn(3, 2, generator=g, dtype=F64),
+              "V": torch.randn(3, 2, generator=g, dtype=F64)}  # fmt: skip
+
+    def model_fn(p, x):
+        with torch.no_grad():
+            frozen = x @ p["V"]  # no gradient reaches V: its kernel is 0
+        return torch.tanh(x @ p["W"]) + frozen
+
+    x1, x2 = _inputs((3, 3)), _inputs((2, 3), seed=2)
+    assert empirical_ntk_structure(model_fn, params, x1) == {"W": "linear", "V": "linear"}
+    K = empirical_ntk(model_fn, params, x1, x2, mode="full", strategy="structured")
+    torch.testing.assert_close(K, _oracle(model_fn, params, x1, x2, "full"), rtol=0, atol=1e-10)
+
+
 def test_structured_refuses_data_dependent_uses_across_blocks():
     W = torch.randn(3, 2, dtype=F64)
 

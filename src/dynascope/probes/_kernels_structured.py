@@ -71,8 +71,12 @@ def _signatures_agree(uses: list[Use]) -> bool:
 def _cotangents(out: Tensor, ys: list[Tensor]) -> list[Tensor]:
     """``d f_c / d y`` for every output c at once: ``[C, *y.shape]`` per y (zeros if unused)."""
     n, C = out.shape
-    if not out.requires_grad or not ys:
-        return [torch.zeros(C, *y.shape, dtype=y.dtype, device=y.device) for y in ys]
+    live = [y for y in ys if y.requires_grad]  # a use under no_grad has no cotangent
+    if not out.requires_grad or len(live) < len(ys):
+        if live and out.requires_grad:
+            got = iter(_cotangents(out, live))
+            return [next(got) if y.requires_grad else _zeros(C, y) for y in ys]
+        return [_zeros(C, y) for y in ys]
     basis = torch.eye(C, dtype=out.dtype, device=out.device)[:, None, :].expand(C, n, C)
     try:
         grads = torch.autograd.grad(
@@ -87,10 +91,11 @@ def _cotangents(out: Tensor, ys: list[Tensor]) -> list[Tensor]:
             None if per_c[0][k] is None else torch.stack([row[k] for row in per_c])
             for k in range(len(ys))
         ]
-    return [
-        torch.zeros(C, *y.shape, dtype=y.dtype, device=y.device) if g is None else g
-        for g, y in zip(grads, ys)
-    ]
+    return [_zeros(C, y) if g is None else g for g, y in zip(grads, ys)]
+
+
+def _zeros(C: int, y: Tensor) -> Tensor:
+    return torch.zeros(C, *y.shape, dtype=y.dtype, device=y.device)
 
 
 def _rebuilt_gradient(kind: str, a, g: Tensor, mix: Tensor, shape) -> tuple[Tensor, Tensor]:
