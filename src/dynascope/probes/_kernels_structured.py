@@ -71,6 +71,8 @@ def _signatures_agree(uses: list[Use]) -> bool:
 def _cotangents(out: Tensor, ys: list[Tensor]) -> list[Tensor]:
     """``d f_c / d y`` for every output c at once: ``[C, *y.shape]`` per y (zeros if unused)."""
     n, C = out.shape
+    if not ys:
+        return []
     live = [y for y in ys if y.requires_grad]  # a use under no_grad has no cotangent
     if not out.requires_grad or len(live) < len(ys):
         if live and out.requires_grad:
