@@ -73,8 +73,8 @@ def estimate(
     """Estimated peak bytes of ``strategy`` (beyond the model and inputs)."""
     b1 = n1 if chunk is None else min(chunk, n1)
     b2 = n2 if chunk is None else min(chunk, n2)
-    if mode == "diagonal":
-        b2, same = b1, same
+    if mode == "diagonal":  # paired blocks
+        b2 = b1
     C, e, act = s.d_out, s.itemsize, s.activation_bytes
     out = _kernel_bytes(s, n1, n2, mode)
     if strategy == "jacobian":
