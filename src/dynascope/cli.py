@@ -647,6 +647,7 @@ def study_docs(
         f"wrote {len(names)} study pages to {output} ({measured} with {preset} verdicts)",
         markup=False,
         highlight=False,
+        soft_wrap=True,
     )
 
 
