@@ -29,7 +29,9 @@ def test_every_study_has_a_generated_page_in_the_nav():
         page = ROOT / "docs" / "studies" / f"{name}.md"
         assert page.is_file(), f"run `dynascope study docs` to write {page}"
         text = page.read_text()
-        assert text.count(START) == 1 and text.count(END) == 1, page
+        assert text.count(START) == 1 and text.count(END) == 1, (
+            f"{page}: no generated section; run `dynascope study docs`"
+        )
         assert f"studies/{name}.md" in nav, f"add studies/{name}.md to the nav in mkdocs.yml"
     assert all((ROOT / "docs" / p).is_file() for p in nav), "the nav names a missing page"
 
