@@ -135,11 +135,10 @@ def study_section(
             *_verdict_table(verdict),
         ]
     lines += ["", "## Figures", ""]
-    if figures:
-        lines += [f"![{Path(f).stem}]({f})\n" for f in figures]
-    else:
-        lines.append(f"No stored figures for `{preset}` (the study run draws them).")
-    lines.append("")
+    for figure in figures or []:
+        lines += [f"![{Path(figure).stem}]({figure})", ""]
+    if not figures:
+        lines += [f"No stored figures for `{preset}` (the study run draws them).", ""]
     if has_notes:
         lines += ["## Notes", ""]
     lines.append(END)
