@@ -43,6 +43,8 @@ from .kernels import NTKDrift as NTKDrift
 from .kernels import analytic_ntk_relu as analytic_ntk_relu
 from .kernels import centered_kernel_alignment as centered_kernel_alignment
 from .kernels import empirical_ntk as empirical_ntk
+from .kernels import empirical_ntk_memory as empirical_ntk_memory
+from .kernels import empirical_ntk_structure as empirical_ntk_structure
 from .kernels import kernel_alignment as kernel_alignment
 from .kernels import kernel_gd_predictions as kernel_gd_predictions
 from .kernels import linearize as linearize
