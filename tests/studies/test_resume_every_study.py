@@ -30,7 +30,6 @@ NOT_YET_ON_ENGINE = {
     "hyla-fuzzy-logic",
     "hyper-ut-pvr",
     "modular-teacher-student",
-    "mup-coordinate-check",
     "ntk-lazy-validity",
     "ntk-universality",
     "permuted-initialisations",
