@@ -16,8 +16,8 @@ from .base import ProbeContext as ProbeContext
 from .base import isolated as isolated
 from .base import make_probe as make_probe
 from .base import register_probe as register_probe
+from .coordcheck import CoordProbe as CoordProbe
 from .coordcheck import CoordRecord as CoordRecord
-from .coordcheck import coord_check as coord_check
 from .coordcheck import coord_summary as coord_summary
 from .coordcheck import plot_coord_check as plot_coord_check
 from .delta import DeltaSpectrum as DeltaSpectrum
