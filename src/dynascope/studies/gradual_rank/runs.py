@@ -85,8 +85,7 @@ def build_toy(config: ToyRun, streams: SeedStreams) -> Parts:
 
     def trace(m: nn.Module, ctx: Any) -> dict[str, Tensor]:
         w = m.w.detach()
-        loss, _ = teacher.loss_and_gradients(w)
-        row = {"loss": loss, "qk": w[:, 0] * w[:, 1], "ov": w[:, 2] * w[:, 3]}
+        row = {"loss": teacher.loss(w), "qk": w[:, 0] * w[:, 1], "ov": w[:, 2] * w[:, 3]}
         if ctx.step == 0:
             row.update(alphas=alphas, teacher=teacher.teacher)
         return row
