@@ -80,30 +80,35 @@ def test_active_counts_threshold_is_ten_alpha_from_the_initial_value():
 STAGES = (10.0, 20.0, 30.0)
 
 
-def _toy_store(path, *, ov_second_with_first: bool = False):
-    """A toy run whose traces are smooth steps in τ at ``STAGES`` (the same for both α): loss
+def _toy_store(path, *, ov_second_with_first: bool = False, seed: int = 0):
+    """A toy run whose traces are smooth steps in τ at ``STAGES`` for α = 1e-2 and 1e-3: loss
     falls 2 nats at each stage; entry k of qk and ov switches on at stage k (ov entry 1 with
-    entry 0 when ``ov_second_with_first``)."""
+    entry 0 when ``ov_second_with_first``). α = 1e-1 learns smoothly: no stages."""
     loop = Loop(steps=6000, log_every=10, dtype="float64")
-    cfg = ToyRun(loop=loop, n_ctx=4, d_model=4, n_seq=4, alphas=[1e-2, 1e-3])
+    cfg = ToyRun(seed=seed, loop=loop, n_ctx=4, d_model=4, n_seq=4, alphas=[1e-1, 1e-2, 1e-3])
     c = np.array([2.0, 1.0, 0.5, 0.0])
     with RunStore(path) as store:
         store.write_config(cfg.model_dump(mode="json"))
         for step in range(0, loop.steps + 1, loop.log_every):
             tau = np.array([rescaled_time(np.array(step), cfg.lr, a) for a in cfg.alphas])
             on = np.stack([_sigmoid((tau - t) / 0.2) for t in STAGES], axis=1)  # [α, 3]
+            on[0] = 1 - np.exp(-tau[0] / 20)  # α = 1e-1: every entry together, slowly
             loss = np.exp(-2 * on.sum(axis=1))
-            qk = np.zeros((2, 4))
+            qk = np.zeros((3, 4))
             qk[:, :3] = c[:3] * on
             ov = qk.copy()
             if ov_second_with_first:
-                ov[:, 1] = c[1] * on[:, 0]
+                ov[1:, 1] = c[1] * on[1:, 0]
             store.log(
                 step,
                 {"loss": torch.tensor(loss), "qk": torch.tensor(qk), "ov": torch.tensor(ov)},
             )
         store.set_status(loop.steps, "finished")
     return load_run(path)
+
+
+def _toys(path, **kwargs):
+    return {f"toy_s{k}": _toy_store(path / f"toy_s{k}", seed=k, **kwargs) for k in range(3)}
 
 
 def _vit_store(path, srank_by_layer: list[list[float]]):
@@ -128,15 +133,18 @@ def _vit_store(path, srank_by_layer: list[list[float]]):
 def test_analyze_on_hand_built_stores_gives_the_known_verdicts(tmp_path):
     rising = [1.0, 1.2, 1.5, 1.7, 2.0, 2.2, 2.5, 2.8, 3.0]  # ends at 3 <= d_head/4 = 4
     runs = {
-        "toy_s0": _toy_store(tmp_path / "toy_s0"),
+        **_toys(tmp_path),
         "vit_s0": _vit_store(tmp_path / "vit_s0", [rising, [r / 2 for r in rising]]),
     }
     analysis = analyze(runs, tmp_path / "figures")
     by_name = {v.claim.split(":")[0]: v for v in analysis.verdicts}
     assert list(by_name) == CLAIMS
-    assert by_name["t1"].measured == 4 and by_name["t1"].passed  # 3 drops, 4 plateaus
-    assert by_name["t2"].measured == 1 and by_name["t2"].passed  # 0 → 1 → 2 → 3
-    assert by_name["t3"].measured < 0.01 and by_name["t3"].passed  # same stages in τ
+    assert by_name["t1"].measured == 4 and by_name["t1"].status == "held"  # 4 plateaus
+    assert by_name["t1"].control.measured == 1  # α = 1e-1: no drop, one plateau
+    assert by_name["t2"].measured == 1 and by_name["t2"].status == "held"  # 0 → 1 → 2 → 3
+    assert by_name["t2"].control.measured == 3 and by_name["t2"].control.status == "not held"
+    assert by_name["t3"].measured < 0.01 and by_name["t3"].status == "held"  # same τ stages
+    assert by_name["t3"].control.measured == pytest.approx(1 / 3)  # 1 − log 1e2 / log 1e3
     assert by_name["v1-rise"].measured == pytest.approx(1.0) and by_name["v1-rise"].passed
     assert by_name["v1-end"].measured == pytest.approx(3.0 / 16) and by_name["v1-end"].passed
     assert all(p.is_file() for p in analysis.figures) and len(analysis.figures) == 4
@@ -145,11 +153,11 @@ def test_analyze_on_hand_built_stores_gives_the_known_verdicts(tmp_path):
 def test_analyze_reports_a_double_switch_on_and_a_falling_rank_as_failures(tmp_path):
     falling = [9.0, 8.5, 8.0, 7.5, 7.0, 6.5, 6.0, 5.5, 5.0]  # ρ = −1, ends at 5 > 4
     runs = {
-        "toy_s0": _toy_store(tmp_path / "toy_s0", ov_second_with_first=True),
+        **_toys(tmp_path, ov_second_with_first=True),
         "vit_s0": _vit_store(tmp_path / "vit_s0", [[1, 2, 3, 3, 3, 3, 3, 3, 3], falling]),
     }
     by_name = {v.claim.split(":")[0]: v for v in analyze(runs, tmp_path / "f").verdicts}
-    assert by_name["t2"].measured == 2 and not by_name["t2"].passed
+    assert by_name["t2"].measured == 2 and by_name["t2"].status == "not held"
     assert by_name["v1-rise"].measured == pytest.approx(-1.0) and not by_name["v1-rise"].passed
     assert by_name["v1-end"].measured == pytest.approx(5.0 / 16) and not by_name["v1-end"].passed
     assert by_name["t1"].passed and by_name["t3"].passed

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from dynascope.store import Run
-from dynascope.studies.base import Analysis, Verdict
+from dynascope.studies.base import Analysis
+from dynascope.studies.verdict import Control, Precondition, Verdict, judge
 
 from .figures import toy_figures, vit_figures
 from .runs import ToyRun
@@ -218,6 +219,9 @@ def _toy_seed(run: Run) -> tuple[dict, list[dict], dict]:
                 "qk on (½ final) at plateaus": " → ".join(map(str, half_mid["qk"])),
                 "ov on (½ final) at plateaus": " → ".join(map(str, half_mid["ov"])),
                 "max rise (½ final)": max((r for v in rises.values() for r in v), default=0),
+                "first → last plateau rise (½ final)": max(
+                    (v[-1] - v[0] for v in half_mid.values() if v), default=0
+                ),
                 f"qk |Δ| > {T2_ACTIVE_FACTOR:g}α at plateaus": " → ".join(map(str, at_mid["qk"])),
                 f"ov |Δ| > {T2_ACTIVE_FACTOR:g}α at plateaus": " → ".join(map(str, at_mid["ov"])),
                 f"max rise (> {T2_ACTIVE_FACTOR:g}α)": max(
@@ -232,119 +236,104 @@ def _toy_seed(run: Run) -> tuple[dict, list[dict], dict]:
     return per_alpha, rows, {"cfg": cfg, "tr": tr}
 
 
-def _two_thirds(values: list[float], passes) -> bool:
-    """The mean passes and at least 2/3 of the seeds pass (NaN fails)."""
-    finite = [v for v in values if math.isfinite(v)]
-    if not values or len(finite) < len(values) or not passes(float(np.mean(finite))):
-        return False
-    return 3 * sum(bool(passes(v)) for v in values) >= 2 * len(values)
-
-
 def _per_seed(values: dict[int, float]) -> str:
     return ", ".join(f"seed {s}: {v:.3g}" for s, v in sorted(values.items()))
 
 
 def _analyze_toy(runs: list[Run], figures: Path) -> tuple[list[Verdict], list[Path], list[dict]]:
-    """t1–t3, each measured per seed and judged by: the mean passes and >= 2/3 seeds pass."""
+    """t1–t3 per seed, judged by the contract (mean passes and >= 2/3 of the seeds pass).
+
+    Controls: t1 on the largest α (a large init has no plateaus between its entries); t2 read
+    without the stages' resolution (first to last plateau: a metric that sees the entries
+    switch on must exceed 1 there); t3 with raw steps instead of τ (stage times then scale with
+    log(1/α) and do not collapse).
+    """
     seeds = [_toy_seed(run) for run in runs]
     rows = [row for _, seed_rows, _ in seeds for row in seed_rows]
     cfg = seeds[0][2]["cfg"]
-    alphas = list(cfg.alphas)
+    alphas = sorted(cfg.alphas)
     n_teacher = sum(c != 0 for c in cfg.strengths)
-    smallest = min(alphas)
-    t1, t2, t2_10a, t3, literal, finals_ok = {}, {}, {}, {}, {}, {}
+    smallest, largest = alphas[0], alphas[-1]
+    t1, t1_control, t2, t2_control, t2_10a, t3, t3_control, literal = ({} for _ in range(8))
     for per_alpha, seed_rows, data in seeds:
         seed = int(data["cfg"].seed)
         by_alpha = {r["alpha"]: r for r in seed_rows}
         t1[seed] = float(len(per_alpha[smallest]["spans"]))
-        literal[seed] = by_alpha[smallest]["drops with |Δτ| ≤ 0.05 (S10 literal)"]
+        t1_control[seed] = float(len(per_alpha[largest]["spans"]))
+        literal[seed] = float(by_alpha[smallest]["drops with |Δτ| ≤ 0.05 (S10 literal)"])
         gated = [r for r in seed_rows if r["alpha"] <= T2_MAX_ALPHA * (1 + 1e-9)]
         if gated:
-            t2[seed] = float(max(r["max rise (½ final)"] for r in gated))
-            t2_10a[seed] = float(max(r[f"max rise (> {T2_ACTIVE_FACTOR:g}α)"] for r in gated))
-            finals_ok[seed] = all(
+            ends_ok = all(
                 r["qk active at end"] == n_teacher and r["ov active at end"] == n_teacher
                 for r in gated
             )
-            if not finals_ok[seed]:
-                t2[seed] = math.nan  # the end state is wrong: this seed fails t2
+            worst = max(r["max rise (½ final)"] for r in gated)
+            t2[seed] = float(worst) if ends_ok else math.nan  # a wrong end count fails
+            t2_10a[seed] = float(max(r[f"max rise (> {T2_ACTIVE_FACTOR:g}α)"] for r in gated))
+            t2_control[seed] = float(max(r["first → last plateau rise (½ final)"] for r in gated))
         if len(alphas) >= 2:
-            a1, a2 = sorted(alphas)[:2]
+            a1, a2 = alphas[:2]
             t_1, t_2 = per_alpha[a1]["drop_tau"], per_alpha[a2]["drop_tau"]
             rel = [abs(b - a) / a for a, b in zip(t_1, t_2)]
             t3[seed] = max(rel) if rel and len(t_1) == len(t_2) else math.nan
-    t1_mean = float(np.mean(list(t1.values())))
+            # raw steps: τ · log(1/α) / η, so the ratio of step times is the ratio of τ·log(1/α)
+            raw = [
+                abs(b * math.log(1 / a2) - a * math.log(1 / a1)) / (a * math.log(1 / a1))
+                for a, b in zip(t_1, t_2)
+            ]
+            t3_control[seed] = max(raw) if raw and len(t_1) == len(t_2) else math.nan
+    several = Precondition(
+        "the preset has >= 2 init scales α (a small one and the largest as the control)",
+        met=len(alphas) >= 2,
+        measured=float(len(alphas)),
+    )
     verdicts = [
-        Verdict(
-            f"t1: the loss vs τ is stagewise at α = {smallest:g} (plateaus between sharp drops)",
-            "plateaus in loss vs τ = η t / log(1/α) (drop: ≥ 30% fall between τ and 1.05 τ); "
-            "mean over seeds",
-            t1_mean,
-            float(T1_MIN_PLATEAUS),
-            _two_thirds(list(t1.values()), lambda v: v >= T1_MIN_PLATEAUS),
-            f"measured >= threshold (mean, and >= 2/3 of seeds); per seed: {_per_seed(t1)}; "
-            f"S10's literal window (≥ 30% within Δτ ≤ {DROP_ABS_WINDOW}) finds "
+        judge(
+            claim=f"t1: the loss vs τ is stagewise at α = {smallest:g} (plateaus between sharp "
+            "drops)",
+            metric="plateaus in loss vs τ = η t / log(1/α) (drop: ≥ 30% fall between τ and "
+            "1.05 τ), per seed",
+            per_seed=t1,
+            threshold=float(T1_MIN_PLATEAUS),
+            direction=">=",
+            precondition=several,
+            control=Control(f"the largest init α = {largest:g}, the same count", t1_control),
+            detail=f"S10's literal window (≥ 30% within Δτ ≤ {DROP_ABS_WINDOW}) finds "
             f"{_per_seed(literal)} drops",
-        )
+        ),
+        judge(
+            claim="t2: each stage switches on at most one entry of w_Q⊙w_K and of w_V⊙w_O; all "
+            f"{n_teacher} teacher entries are on at the end (α ≤ {T2_MAX_ALPHA:g})",
+            metric="max rise, between consecutive plateau midpoints, of the entries past ½ of "
+            f"their final |Δ| (α-free), per seed; NaN when an end count |Δ| > "
+            f"{T2_ACTIVE_FACTOR:g}α is not {n_teacher}",
+            per_seed=t2,
+            threshold=float(T2_MAX_RISE),
+            direction="<=",
+            precondition=Precondition(
+                f"the preset has an α ≤ {T2_MAX_ALPHA:g}",
+                met=bool(t2),
+                measured=float(sum(a <= T2_MAX_ALPHA for a in alphas)),
+            ),
+            control=Control(
+                "the same count without the stages' resolution: its rise from the first to the "
+                "last plateau (must exceed 1 when entries switch on at all)",
+                t2_control,
+            ),
+            detail=f"the former > {T2_ACTIVE_FACTOR:g}α reading (not gated: not α-free): "
+            f"{_per_seed(t2_10a)}",
+        ),
+        judge(
+            claim="t3: stage times collapse in rescaled time τ as α → 0",
+            metric="max over drops k of |τ_k(α₂) − τ_k(α₁)| / τ_k(α₁) for the two smallest α, "
+            "per seed (NaN: drop counts differ)",
+            per_seed=t3,
+            threshold=T3_REL_TOL,
+            direction="<=",
+            precondition=several,
+            control=Control("the same with raw steps t instead of τ", t3_control),
+        ),
     ]
-    if t2:
-        t2_mean = (
-            float(np.nanmean(list(t2.values())))
-            if any(map(math.isfinite, t2.values()))
-            else math.nan
-        )
-        verdicts.append(
-            Verdict(
-                "t2: each stage switches on at most one entry of w_Q⊙w_K and of w_V⊙w_O; all "
-                f"{n_teacher} teacher entries are on at the end (α ≤ {T2_MAX_ALPHA:g})",
-                "max rise, between consecutive plateau midpoints, of the entries past ½ of their "
-                "final |Δ| (α-free reading); mean over seeds (NaN: wrong end count)",
-                t2_mean,
-                float(T2_MAX_RISE),
-                _two_thirds(list(t2.values()), lambda v: v <= T2_MAX_RISE),
-                f"measured <= threshold (mean, and >= 2/3 of seeds) and final counts "
-                f"|Δ| > {T2_ACTIVE_FACTOR:g}α = {n_teacher}; per seed: {_per_seed(t2)}; the "
-                f"former > {T2_ACTIVE_FACTOR:g}α reading (not gated: not α-free): "
-                f"{_per_seed(t2_10a)}",
-            )
-        )
-    else:
-        verdicts.append(
-            Verdict(
-                "t2: each stage switches on at most one entry of w_Q⊙w_K and of w_V⊙w_O",
-                "max rise of entries past ½ of their final |Δ|",
-                math.nan,
-                float(T2_MAX_RISE),
-                False,
-                f"inconclusive: no α ≤ {T2_MAX_ALPHA:g} in this preset",
-            )
-        )
-    if t3:
-        a1, a2 = sorted(alphas)[:2]
-        finite = [v for v in t3.values() if math.isfinite(v)]
-        verdicts.append(
-            Verdict(
-                "t3: stage times collapse in rescaled time τ as α → 0",
-                f"max over drops k of |τ_k({a2:g}) − τ_k({a1:g})| / τ_k({a1:g}); mean over "
-                "seeds (NaN: drop counts differ)",
-                float(np.mean(finite)) if finite else math.nan,
-                T3_REL_TOL,
-                _two_thirds(list(t3.values()), lambda v: v <= T3_REL_TOL),
-                f"measured <= threshold (mean, and >= 2/3 of seeds) and equal drop counts; "
-                f"per seed: {_per_seed(t3)}",
-            )
-        )
-    else:
-        verdicts.append(
-            Verdict(
-                "t3: stage times collapse in rescaled time τ as α → 0",
-                "n/a",
-                math.nan,
-                T3_REL_TOL,
-                False,
-                "inconclusive: needs two α",
-            )
-        )
     per_alpha, _, data = seeds[0]
     figs = toy_figures(data["cfg"], alphas, data["tr"], per_alpha, figures, T2_ACTIVE_FACTOR)
     return verdicts, figs, rows

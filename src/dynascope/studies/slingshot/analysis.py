@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dynascope.probes.slingshot import SlingshotCycle, detect_slingshots, grok_step, onset_distance
 from dynascope.store import Run
-from dynascope.studies.base import Analysis, Verdict
+from dynascope.studies.base import Analysis
+from dynascope.studies.verdict import Control, Precondition, Verdict, judge
 from dynascope.tasks.modular_arithmetic import equations
 
 from .figures import GROK_ACCURACY, grokking_figure, run_figures
@@ -25,7 +26,7 @@ __all__ = ["DetectorConfig", "analyze", "run_cycles"]
 # Frozen thresholds (S13's proposals; docs/studies/slingshot.md).
 S1_MIN_CYCLES = 2.0
 S2_MAX_CYCLES = 0.0
-S3_MIN_GAP = 0.0
+S3_MIN_GAP = 1.0  # cycle counts are integers: a gap > 0 is a gap >= 1
 G1_MAX_LENGTHS = 1.0
 F64_MIN_CYCLES = 1.0
 
@@ -234,14 +235,6 @@ class Measured:
         ]
 
 
-def _median(values: list[float]) -> float:
-    return float(np.median(values)) if values else math.nan
-
-
-def _per_seed(values: dict[int, float]) -> str:
-    return ", ".join(f"seed {s}: {v:g}" for s, v in sorted(values.items())) or "none"
-
-
 def _two_thirds(flags: list[bool]) -> bool:
     return bool(flags) and 3 * sum(flags) >= 2 * len(flags)
 
@@ -283,67 +276,74 @@ def analyze(
 
     slingshot, control, sgd = arm("adam", small), arm("adam", large), arm("sgd")
     counts = {s: float(len(m.cycles)) for s, m in slingshot.items()}
-    cycled = _two_thirds([c >= 1 for c in counts.values()])
-    roomy = _two_thirds([m.room_for_second for m in slingshot.values()])
-    s1 = _median(list(counts.values()))
+    control_counts = {s: float(len(m.cycles)) for s, m in control.items()}
     sgd_counts = {s: float(len(m.cycles)) for s, m in sgd.items()}
-    s2 = float(max(sgd_counts.values())) if sgd_counts else math.nan
-    gaps = {s: counts[s] - len(control[s].cycles) for s in counts if s in control}
-    s3 = _median(list(gaps.values()))
-    no_cycle = (
-        "inconclusive: precondition not met (the slingshot condition shows >= 1 cycle in >= 2/3 "
-        f"of its seeds; cycles per seed: {_per_seed(counts)}): nothing to remove; "
-    )
-    s1_pre = (
-        "precondition: >= 2/3 of the seeds have a first cycle and, after its end, at least as "
-        "many steps as the first cycle took to start (room for a second)"
+    cycled = _two_thirds([c >= 1 for c in counts.values()])
+    roomy = [m.room_for_second for m in slingshot.values()]
+    n_cycled = sum(c >= 1 for c in counts.values())
+    cycles_pre = Precondition(
+        "the slingshot condition shows >= 1 cycle in >= 2/3 of its seeds (else there is "
+        "nothing for SGD or a larger ε to remove)",
+        met=cycled,
+        measured=float(n_cycled),
     )
     growth = "; ".join(
-        f"{m.name}: {len(m.cycles)} (spikes {', '.join(str(c.spike_step) for c in m.cycles)}"
-        f"{'; ' if m.cycles else ''}final growth {m.final_growth(detector.window):.2g}/step)"
+        f"{m.name}: spikes {', '.join(str(c.spike_step) for c in m.cycles) or '-'}, final "
+        f"growth {m.final_growth(detector.window):.2g}/step"
         for m in slingshot.values()
     )
     verdicts = [
-        Verdict(
-            f"s1: Adam ε = {small:g} enters repeating slingshot cycles after fitting the "
+        judge(
+            claim=f"s1: Adam ε = {small:g} enters repeating slingshot cycles after fitting the "
             "training set",
-            "detected cycles of the smallest-ε Adam run (median over seeds)",
-            s1,
-            S1_MIN_CYCLES,
-            bool(roomy and s1 >= S1_MIN_CYCLES),
-            ("" if roomy else f"inconclusive: {s1_pre} not met; ")
-            + f"measured >= threshold; cycles per seed: {_per_seed(counts)}; per run "
-            f"(τ = {detector.growth_rate:g}/step): {growth}",
+            metric="detected cycles of the smallest-ε Adam run, per seed",
+            per_seed=counts,
+            threshold=S1_MIN_CYCLES,
+            direction=">=",
+            precondition=Precondition(
+                ">= 2/3 of the seeds have a first cycle and, after its end, at least as many "
+                "steps as it took to start (room for a second cycle)",
+                met=_two_thirds(roomy),
+                measured=float(sum(roomy)),
+            ),
+            control=Control(f"Adam ε = {large:g}, the same count", per_seed=control_counts),
+            detail=f"τ = {detector.growth_rate:g}/step; {growth}",
         ),
-        Verdict(
-            "s2: plain SGD shows no slingshot cycle",
-            "detected cycles of the SGD run (max over seeds)",
-            s2,
-            S2_MAX_CYCLES,
-            bool(cycled and s2 <= S2_MAX_CYCLES),
-            ("" if cycled else no_cycle)
-            + f"measured <= threshold; SGD cycles per seed: {_per_seed(sgd_counts)}",
+        judge(
+            claim="s2: plain SGD shows no slingshot cycle",
+            metric="detected cycles of the SGD run, per seed",
+            per_seed=sgd_counts,
+            threshold=S2_MAX_CYCLES,
+            direction="<=",
+            precondition=cycles_pre,
+            control=Control(f"Adam ε = {small:g} (the slingshot condition)", per_seed=counts),
         ),
-        Verdict(
-            f"s3: a larger Adam ε ({large:g}) gives fewer cycles",
-            f"cycles(ε = {small:g}) − cycles(ε = {large:g}) (median over seeds)",
-            s3,
-            S3_MIN_GAP,
-            bool(cycled and s3 > S3_MIN_GAP),
-            ("" if cycled else no_cycle) + f"measured > threshold; per seed: {_per_seed(gaps)}",
+        judge(
+            claim=f"s3: a larger Adam ε ({large:g}) gives fewer cycles",
+            metric=f"cycles(ε = {small:g}) − cycles(ε = {large:g}), per seed",
+            per_seed={s: counts[s] - control_counts[s] for s in counts if s in control_counts},
+            threshold=S3_MIN_GAP,
+            direction=">=",
+            precondition=cycles_pre,
+            control=Control(
+                f"cycles(SGD) − cycles(ε = {large:g}): two arms without the mechanism",
+                per_seed={
+                    s: sgd_counts[s] - control_counts[s] for s in sgd_counts if s in control_counts
+                },
+            ),
         ),
     ]
     if wide:
         wide_counts = {s: float(len(m.cycles)) for s, m in arm("adam", small, wide).items()}
-        f64 = _median(list(wide_counts.values()))
         verdicts.append(
-            Verdict(
-                "f64: the slingshot condition cycles in float64 too (not a float32 artefact)",
-                f"detected cycles of Adam ε = {small:g} in float64 (median over seeds)",
-                f64,
-                F64_MIN_CYCLES,
-                bool(f64 >= F64_MIN_CYCLES),
-                f"measured >= threshold; per seed: {_per_seed(wide_counts)}",
+            judge(
+                claim="f64: the slingshot condition cycles in float64 too (not a float32 artefact)",
+                metric=f"detected cycles of Adam ε = {small:g} in float64, per seed",
+                per_seed=wide_counts,
+                threshold=F64_MIN_CYCLES,
+                direction=">=",
+                precondition=cycles_pre,
+                control=Control("SGD (float32), the same count", per_seed=sgd_counts),
             )
         )
     if grokking:
@@ -368,29 +368,33 @@ def analyze(
 
 
 def _g1(runs: list[Measured], system: str) -> Verdict:
-    """g1: max over the runs that grokked of |grok step − nearest onset| / mean cycle length;
-    NaN (failed) if one grokked without a cycle or none grokked."""
+    """g1 per run that grokked: |grok step − nearest onset| / mean cycle length (NaN: no
+    cycle); control: the same ratio for step 0 (an event unrelated to any cycle)."""
     grokked = [m for m in runs if m.grok is not None]
-    ratios = [m.grok_ratio for m in grokked]
-    g1 = math.nan if not ratios or any(math.isnan(r) for r in ratios) else max(ratios)
+    per_seed = {m.seed: m.grok_ratio for m in grokked}
+    control = {
+        m.seed: onset_distance(0, m.cycles) / float(np.mean([c.length for c in m.cycles]))
+        if m.cycles
+        else math.nan
+        for m in grokked
+    }
     per_run = "; ".join(
-        f"{m.name}: grok step {m.grok if m.grok is not None else '-'}, "
-        f"{len(m.cycles)} cycles (onsets {', '.join(str(c.start_step) for c in m.cycles) or '-'})"
-        f", ratio {m.grok_ratio:.3g}"
+        f"{m.name}: grok step {m.grok if m.grok is not None else '-'}, {len(m.cycles)} cycles "
+        f"(onsets {', '.join(str(c.start_step) for c in m.cycles) or '-'})"
         for m in runs
     )
-    note = (
-        f"{len(grokked)} of {len(runs)} run(s) grokked"
-        if grokked
-        else "inconclusive: no run grokked"
-    )
-    return Verdict(
-        f"g1: grokking (val accuracy >= {GROK_ACCURACY}) happens within one cycle length of a "
-        f"cycle onset ({system})",
-        "max over the runs that grokked of |grok step − nearest onset| / mean cycle length "
-        "(NaN: a run grokked without a cycle, or none grokked)",
-        g1,
-        G1_MAX_LENGTHS,
-        bool(g1 <= G1_MAX_LENGTHS),
-        f"measured <= threshold; {note}; {per_run}",
+    return judge(
+        claim=f"g1: grokking (val accuracy >= {GROK_ACCURACY}) happens within one cycle length "
+        f"of a cycle onset ({system})",
+        metric="|grok step − nearest onset| / mean cycle length, per run that grokked",
+        per_seed=per_seed,
+        threshold=G1_MAX_LENGTHS,
+        direction="<=",
+        precondition=Precondition(
+            "the runs grok (validation accuracy reaches the threshold)",
+            met=bool(grokked),
+            measured=float(len(grokked)),
+        ),
+        control=Control("step 0 in place of the grok step", per_seed=control),
+        detail=f"{len(grokked)} of {len(runs)} run(s) grokked; {per_run}",
     )
