@@ -11,6 +11,7 @@ import numpy as np
 
 from dynascope.store import Run
 from dynascope.studies.base import Analysis, Verdict
+from dynascope.studies.verdict import Control, Precondition, judge
 
 from .figures import GLOBAL, METHODS, MIN_HEAD, sweep_figures
 from .runs import DIFF_KEY, ERROR_KEY
@@ -23,6 +24,7 @@ KEEP_FRACTION = 0.5  # σReparam keeps global entropy > 0.5·log T at every logg
 ACCURACY_MIN = 0.90  # σReparam's validation accuracy at LR*
 OSCILLATION_RATIO = 2.0  # tail mean train loss > 2× the minimum: oscillating
 TAIL_FRACTION = 0.1  # the tail: the last 10% of the steps
+DIVERGED_RATIO = 1e6  # the instability ratio of a diverged run (its own ratio is inf)
 U1_ATOL = 1e-6
 U2_RTOL = 0.01
 
@@ -135,77 +137,69 @@ def _analyze_sweep(rows: list[dict]) -> list[Verdict]:
     lr_star = min(collapsed) if collapsed else None
     high, low = max(baseline), min(baseline)
     at = lr_star if lr_star is not None else high  # where instability and e2 are judged
-    control_h = float(np.mean(entropies[low]))
-    control_collapses = low != high and _rule(entropies[low], collapses)
-    held_high = _rule(entropies[high], collapses)
-    if lr_star is None:
-        status = "not held: no swept LR collapses"
-    elif not held_high:
-        status = f"not held: the largest LR does not collapse (LR* = {lr_star:g})"
-    elif control_collapses:
-        status = f"inconclusive: the control (lr={low:g}) collapses too; LR* = {lr_star:g}"
-    else:
-        status = f"held; LR* = {lr_star:g}"
-    e1 = Verdict(
-        "e1-collapse: the baseline's attention entropy collapses at a high LR (Adam, no warmup)",
-        "baseline final global entropy / log T at the largest swept LR; mean over seeds (LR*: "
-        "the smallest LR where the mean and >= 2/3 of the seeds are below the threshold)",
-        float(np.mean(entropies[high])),
-        COLLAPSE_FRACTION,
-        bool(held_high and not control_collapses),
-        f"measured < threshold; {status}; per seed at lr={high:g}: "
-        f"{_listing(baseline[high], 'final_entropy/logT')}; control (the baseline at "
-        f"lr={low:g}, must stay >= {COLLAPSE_FRACTION}): mean {control_h:.3f}",
+    note = f"LR* = {lr_star:g}" if lr_star is not None else "no swept LR collapses (no LR*)"
+    by_seed = lambda group, key: {r["seed"]: float(r[key]) for r in group}  # noqa: E731
+    e1 = judge(
+        claim="e1-collapse: the baseline's attention entropy collapses at a high LR (Adam, no "
+        "warmup)",
+        metric="baseline final global entropy / log T at the largest swept LR, per seed",
+        per_seed=by_seed(baseline[high], "final_entropy/logT"),
+        threshold=COLLAPSE_FRACTION,
+        direction="<=",
+        precondition=Precondition(
+            "the sweep has a low LR for the control below the high one",
+            met=low < high,
+            measured=high / low,
+        ),
+        control=Control(
+            f"the baseline at the smallest LR ({low:g}), the same entropy",
+            by_seed(baseline[low], "final_entropy/logT"),
+        ),
+        detail=note,
     )
-    ratios = [r["loss_tail/min"] for r in baseline[at]]
-    unstable = lambda v: v > OSCILLATION_RATIO  # noqa: E731
-    control_ratios = [r["loss_tail/min"] for r in baseline[low]]
-    control_unstable = _rule(control_ratios, unstable) if low != at else False
-    held = _rule(ratios, unstable)
-    why = (
-        "inconclusive: precondition not met (no LR collapses, so no LR* to test at)"
-        if lr_star is None
-        else "inconclusive: the control is unstable too"
-        if control_unstable
-        else "held"
-        if held
-        else "not held: the loss stays within 2x of its minimum"
-    )
-    e1b = Verdict(
-        "e1-instability: at LR* the baseline's loss is unstable (diverges or oscillates)",
-        "baseline train-loss mean over the last 10% of steps / its minimum (inf: diverged); "
-        "mean over seeds",
-        float(np.mean(ratios)),
-        OSCILLATION_RATIO,
-        bool(lr_star is not None and held and not control_unstable),
-        f"measured > threshold; {why}; per seed at lr={at:g}: "
-        f"{_listing(baseline[at], 'loss_tail/min')}; control (the baseline at lr={low:g}): "
-        + ", ".join(f"{v:.3g}" for v in control_ratios),
+    # a diverged run (ratio inf) is the clearest instability: counted as DIVERGED_RATIO, finite
+    ratios = {k: min(v, DIVERGED_RATIO) for k, v in by_seed(baseline[at], "loss_tail/min").items()}
+    e1b = judge(
+        claim="e1-instability: at LR* the baseline's loss is unstable (diverges or oscillates)",
+        metric="baseline train-loss mean over the last 10% of steps / its minimum at LR*, per "
+        f"seed (a diverged run counts {DIVERGED_RATIO:g})",
+        per_seed=ratios,
+        threshold=OSCILLATION_RATIO,
+        direction=">=",
+        precondition=Precondition(
+            "the baseline collapses at some swept LR (LR* exists)",
+            met=lr_star is not None,
+            measured=lr_star if lr_star is not None else math.nan,
+        ),
+        control=Control(
+            f"the baseline at the smallest LR ({low:g}), the same ratio",
+            {k: min(v, DIVERGED_RATIO) for k, v in by_seed(baseline[low], "loss_tail/min").items()},
+        ),
+        detail=f"judged at lr={at:g}; {note}",
     )
     group = sigma.get(at, [])
-    if not group:
-        value, passed, notes = math.nan, False, "no σReparam run at this LR"
-    else:
-        mins = [r["min_entropy/logT"] for r in group]
-        value = float(np.mean(mins))
-        keeps = _rule(mins, lambda v: v > KEEP_FRACTION)
-        accuracy = [r["val.accuracy"] for r in group]
-        trains = _rule(accuracy, lambda v: v >= ACCURACY_MIN)
-        finished = all(r["status"] == "finished" and not r["entropy_nan"] for r in group)
-        passed = bool(lr_star is not None and finished and keeps and trains)
-        notes = (
-            ("" if lr_star is not None else "inconclusive: no LR*, measured at the largest LR; ")
-            + f"at lr={at:g}: min entropy per seed {_listing(group, 'min_entropy/logT')}; val "
-            f"accuracy per seed {_listing(group, 'val.accuracy')} (mean and 2/3 of seeds must "
-            f"reach {ACCURACY_MIN}); status {'/'.join(str(r['status']) for r in group)}"
-        )
-    e2 = Verdict(
-        "e2: at LR*, σReparam keeps attention entropy high and trains to >= 90% accuracy",
-        "σReparam min over logged steps of global entropy / log T; mean over seeds",
-        value,
-        KEEP_FRACTION,
-        passed,
-        f"measured > threshold and accuracy >= {ACCURACY_MIN}; {notes}",
+    accuracy = {r["seed"]: float(r["val.accuracy"]) for r in group}
+    trains = bool(group) and 3 * sum(v >= ACCURACY_MIN for v in accuracy.values()) >= 2 * len(group)
+    finished = bool(group) and all(
+        r["status"] == "finished" and not r["entropy_nan"] for r in group
+    )
+    e2 = judge(
+        claim="e2: at LR*, σReparam keeps attention entropy high and trains to >= 90% accuracy",
+        metric="σReparam min over logged steps of global entropy / log T at LR*, per seed",
+        per_seed=by_seed(group, "min_entropy/logT"),
+        threshold=KEEP_FRACTION,
+        direction=">=",
+        precondition=Precondition(
+            f"LR* exists, and at it σReparam finishes and reaches val accuracy >= "
+            f"{ACCURACY_MIN} in >= 2/3 of the seeds",
+            met=lr_star is not None and finished and trains,
+            measured=float(np.mean(list(accuracy.values()))) if accuracy else math.nan,
+        ),
+        control=Control(
+            f"the baseline at lr={at:g}, its min entropy", by_seed(baseline[at], "min_entropy/logT")
+        ),
+        detail=f"at lr={at:g}; val accuracy per seed: "
+        + (", ".join(f"seed {k}: {v:.3g}" for k, v in sorted(accuracy.items())) or "none"),
     )
     return [e1, e1b, e2]
 
