@@ -247,8 +247,9 @@ def analyze(
 
     Runs are told apart by their configs (task, optimizer, ε or lr, dtype, seed), not by their
     names: the slingshot condition is the float32 Adam run with the smallest ε, the ε control
-    the one with the largest. A claim whose precondition is not met is reported as failed
-    with ``inconclusive`` in its detail (docs/studies/slingshot.md, "Verdicts").
+    the one with the largest. Each claim is judged over the seeds by
+    :func:`~dynascope.studies.verdict.judge`, with its precondition and negative control
+    (docs/studies/slingshot.md, "Verdicts").
 
     Args:
         runs: run name -> stored run.
