@@ -25,14 +25,12 @@ NOT_YET_ON_ENGINE = {
     "bottleneck-acceleration",
     "compositional-icl-bottleneck",
     "fisher-kernel-low-rank",
-    "gradual-rank",
     "hyla-fuzzy-logic",
     "hyper-ut-pvr",
     "modular-teacher-student",
     "ntk-lazy-validity",
     "permuted-initialisations",
     "randomized-algorithms",
-    "sigma-reparam-entropy",
     "weight-decay-low-rank",
 }
 

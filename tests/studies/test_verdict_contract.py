@@ -38,7 +38,6 @@ LEGACY_STUDIES = {
     "permuted-initialisations",
     "randomized-algorithms",
     "sigma-reparam-entropy",
-    "slingshot",
     "weight-decay-low-rank",
 }
 _SHARED = {"dynascope.studies.base", "dynascope.studies.verdict"}
@@ -96,7 +95,7 @@ def test_the_set_of_studies_with_legacy_verdicts_is_the_shrinking_allow_list():
 
 def test_the_detector_finds_legacy_calls_and_ignores_judged_ones():
     legacy = _legacy_studies()
-    assert "dynascope.studies.slingshot" in " ".join(legacy["slingshot"])
+    assert "dynascope.studies.gated_rnn_attention" in " ".join(legacy["gated-rnn-attention"])
     assert "mup-coordinate-check" not in legacy and "ntk-universality" not in legacy
 
 
