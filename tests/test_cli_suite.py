@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import re
 from pathlib import Path
 
@@ -78,9 +79,16 @@ def test_study_run_all_prints_the_suite_table_and_study_table_writes_markdown(
     assert result.exit_code == 0, result.output
     text = docs.read_text()
     assert "`dynascope study run --all --preset smoke`" in text
-    row = r"^\| stub-a \| s1 \| -?[0-9.e+-]+ \| 0 \| (yes|no) \| [0-9.]+ \| sum of last x \|$"
+    row = (
+        r"^\| stub-a \| s1 \| (held|not held) \| -?[0-9.e+-]+ \| unknown 0 \| no seeds \| "
+        r"no control \| [0-9.]+ \| sum of last x \|$"
+    )  # the stub's verdicts are legacy: no seeds, no control, no direction in their detail
     assert re.search(row, text, re.M)
-    assert "| stub-b | s2 | 1 | 1 | yes |  | finished runs |" in text  # one of two finished
+    # one of two finished
+    assert (
+        "| stub-b | s2 | held | 1 | unknown 1 | no seeds | no control |  | finished runs |" in text
+    )
+    assert "4 without seeds or control" in text  # 2 studies x 2 claims
 
     del stub_registry["stub-b"]
     stub_registry["stub-c"] = stub_registry["stub-a"]  # registered, never run here
@@ -200,3 +208,34 @@ def test_names_are_never_cut_when_stdout_is_not_a_terminal(stub_registry, monkey
     table = invoke("study", "table", "--dir", tmp_path, "--preset", "smoke", "--output", docs)
     for output in (suite.stdout, table.stdout):
         assert long in output and "…" not in output
+
+
+def _judged_analyze(runs, figures_dir):
+    from dynascope.studies.base import Analysis
+    from dynascope.studies.verdict import Control, Precondition, judge
+
+    x = {i: run.last("x") for i, run in enumerate(runs.values())}  # two runs: two seeds
+    verdict = judge(
+        claim="j1: x is finite",
+        metric="last x",
+        per_seed=x,
+        threshold=-100.0,
+        direction=">=",
+        precondition=Precondition("the runs finished", met=True),
+        control=Control("x minus 1000", per_seed={s: v - 1000 for s, v in x.items()}),
+    )
+    return Analysis([verdict])
+
+
+def test_study_run_prints_status_spread_control_and_why_inconclusive(stub_registry, tmp_path):
+    stub_registry["stub-a"] = dataclasses.replace(stub_registry["stub-a"], analyze=_judged_analyze)
+    out = tmp_path / "j"
+    result = invoke("study", "run", "stub-a", "--preset", "smoke", "--seed", 7, "--out", out)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "stub-a (smoke, seed 7): inconclusive" in text
+    assert "j1 │ inconclusive" in text and ">= -100" in text and "(-999)" in text
+    assert "j1: inconclusive: only 2 of 2 seeds finite (need 3)" in text
+    data = json.loads((out / "verdict.json").read_text())
+    assert data["seed"] == 7 and data["status"] == "inconclusive"
+    assert data["claims"][0]["control"]["status"] == "inconclusive"  # two seeds: not judged

@@ -419,18 +419,32 @@ def _run_one_study(name, preset, out, seed, executor, device, fresh, progress) -
     )
 
 
+_STATUS_STYLE = {"held": "[green]held[/]", "not held": "[red]not held[/]"}
+
+
+def _status_markup(status: str | None) -> str:
+    if status is None:
+        return "-"
+    return _STATUS_STYLE.get(status, f"[yellow]{status}[/]")
+
+
 def _print_suite(suite_dir: Path, names: list[str], preset: str) -> None:
     from dynascope.report.suite import suite_rows
 
     rows = suite_rows(suite_dir, names, preset)
     table = Table(title=f"suite ({preset}): {suite_dir}")
-    for column in ("study", "claim", "measured", "threshold", "passed", "seconds"):
+    columns = ("study", "claim", "status", "measured", "threshold", "spread", "control", "seconds")
+    for column in columns:
         table.add_column(column, overflow="fold")
     for r in rows:
-        passed = {True: "[green]yes[/]", False: "[red]no[/]", None: "-"}[r["passed"]]
-        cells = [r["measured"], r["threshold"], r["seconds"]]
-        measured, threshold, seconds = ("" if math.isnan(c) else f"{c:.4g}" for c in cells)
-        table.add_row(r["study"], r["claim"], measured, threshold, passed, seconds)
+        measured, seconds = (
+            "" if math.isnan(c) else f"{c:.4g}" for c in (r["measured"], r["seconds"])
+        )
+        threshold = "" if math.isnan(r["threshold"]) else f"{r['direction']} {r['threshold']:.4g}"
+        table.add_row(
+            r["study"], r["claim"], _status_markup(r["status"]), measured, threshold,
+            r["spread"], r["control"], seconds,
+        )  # fmt: skip
     _print_table(table)
 
 
@@ -522,22 +536,30 @@ def compare(
 
 
 def _print_verdicts(outcome) -> None:
+    from dynascope.report.suite import control_cell, spread_cell
+
+    seed = "" if outcome.seed is None else f", seed {outcome.seed}"
     table = Table(
-        title=f"{outcome.study} ({outcome.preset}): "
-        f"{'claim held' if outcome.passed else 'claim did not hold'} "
+        title=f"{outcome.study} ({outcome.preset}{seed}): {outcome.status} "
         f"in {outcome.seconds:.0f} s"
     )
-    for column in ("claim", "measured", "threshold", "passed"):
+    for column in ("claim", "status", "measured", "threshold", "spread", "control"):
         table.add_column(column)
     for v in outcome.claims:
         measured = "nan" if math.isnan(v.measured) else f"{v.measured:.4g}"
+        data = v.to_json()
         table.add_row(
             v.claim.split(":")[0],
+            _status_markup(v.status),
             measured,
-            f"{v.threshold:g}",
-            "[green]yes[/]" if v.passed else "[red]no[/]",
+            f"{v.direction} {v.threshold:g}",
+            spread_cell(data),
+            control_cell(data),
         )
     console.print(table)
+    for v in outcome.claims:
+        if v.reason:
+            console.print(f"  {v.claim.split(':')[0]}: inconclusive: {v.reason}", markup=False)
 
 
 @config_app.command("validate")

@@ -15,8 +15,10 @@ from dynascope.probes.kernels import empirical_ntk, kernel_gd_predictions, model
 from dynascope.store import load_run
 from dynascope.studies._ntk_universality_runner import build_model, make_data
 from dynascope.studies.ntk_universality import (
+    SLOPE_MAX,
     STUDY,
     UniversalityRunConfig,
+    _precondition,
     _slope,
     build_runs,
     run_universality,
@@ -65,21 +67,65 @@ def test_slope_is_the_power_law_exponent():
 def test_presets_validate_and_match_the_registry():
     assert studies.get("ntk-universality") is STUDY
     fast = build_runs(STUDY.preset("fast"))
-    assert len(fast) == 3 * 4 * 3
+    assert len(fast) == 3 * 4 * 5
     assert {s.config.arch for s in fast} == {"mlp", "rnn", "attention"}
     assert {s.config.width for s in fast} == {64, 128, 256, 512}
     assert all(s.config.seed == s.config.data_seed for s in fast)
     assert len(build_runs(STUDY.preset("paper"))) == 3 * 8 * 10
 
 
-def test_smoke_preset_end_to_end(tmp_path):
-    outcome = STUDY.run(preset="smoke", out=tmp_path)
-    data = json.loads((tmp_path / "verdict.json").read_text(), parse_constant=pytest.fail)
+@pytest.fixture(scope="module")
+def smoke_out(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ntk")
+    return STUDY.run(preset="smoke", out=out), out
+
+
+def test_smoke_preset_end_to_end(smoke_out):
+    outcome, out = smoke_out
+    data = json.loads((out / "verdict.json").read_text(), parse_constant=pytest.fail)
     assert [c["claim"].split(":")[0] for c in data["claims"]] == [
         "u1-mlp", "u1-rnn", "u1-attention", "u2-mlp", "u2-rnn", "u2-attention"
     ]  # fmt: skip
-    assert all(r["status"] == "finished" for r in data["runs"]) and len(data["runs"]) == 6
+    assert all(r["status"] == "finished" for r in data["runs"]) and len(data["runs"]) == 18
     for claim in data["claims"]:
         assert isinstance(claim["measured"], float) and isinstance(claim["passed"], bool)
-    assert len(list((tmp_path / "figures").glob("*.png"))) == 1
+        assert claim["seeds"] == [0, 1, 2] and claim["direction"] == "<="
+        assert claim["precondition"]["met"] is True and claim["legacy"] is False
+    assert len(list((out / "figures").glob("*.png"))) == 1
     assert outcome.passed == all(c["passed"] for c in data["claims"])
+
+
+def test_verdicts_are_per_seed_slopes_recomputed_from_the_stores(smoke_out):
+    outcome, out = smoke_out
+    u2_rnn = next(v for v in outcome.claims if v.claim.startswith("u2-rnn"))
+    for seed, slope in zip(u2_rnn.seeds, u2_rnn.per_seed):
+        dev = [load_run(out / "runs" / f"rnn_n{w}_s{seed}").last("kgd.deviation") for w in (16, 64)]
+        assert slope == pytest.approx(math.log(dev[1] / dev[0]) / math.log(4.0), rel=1e-9)
+    assert u2_rnn.measured == pytest.approx(np.mean(u2_rnn.per_seed))
+
+
+def test_each_control_fails_its_claim_at_smoke_scale(smoke_out):
+    """The distance to the untrained twin, sup_t ||f_t - f_0||, must not shrink with width."""
+    outcome, out = smoke_out
+    for verdict in outcome.claims:
+        assert verdict.control.status == "not held", (verdict.claim, verdict.control)
+        assert verdict.control.measured > SLOPE_MAX
+    run = load_run(out / "runs" / "mlp_n64_s1")
+    f = run.tensors("f")[1]
+    small = np.linalg.norm(f - f[0], axis=-1).max()
+    f16 = load_run(out / "runs" / "mlp_n16_s1").tensors("f")[1]
+    expected = math.log(small / np.linalg.norm(f16 - f16[0], axis=-1).max()) / math.log(4.0)
+    mlp_control = outcome.claims[0].control.per_seed
+    assert mlp_control[1] == pytest.approx(expected, rel=1e-6)  # f is stored in float32
+
+
+def test_precondition_needs_finished_stable_runs_over_a_4x_width_span():
+    def rows(widths=(16, 64), stability=0.1, status="finished"):
+        return [{"arch": "mlp", "width": w, "status": status, "lr_lambda_max_over_N": stability}
+                for w in widths]  # fmt: skip
+
+    assert _precondition(rows(), "mlp").met
+    assert _precondition(rows(), "mlp").measured == pytest.approx(0.1)
+    assert not _precondition(rows(widths=(16, 32)), "mlp").met  # 2x span
+    assert not _precondition(rows(stability=2.0), "mlp").met  # kernel GD unstable
+    assert not _precondition(rows(status="diverged"), "mlp").met

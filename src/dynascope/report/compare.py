@@ -6,7 +6,8 @@ Glossary:
 
 Runs are compared by the last logged value of every scalar (per-head keys ``L*.H*`` left out,
 as in ``dynascope show``) plus their status and last step; studies by each claim's measured
-value, threshold and verdict, and each run's status.
+value, threshold, verdict, status and control value (the base seed too), and each run's
+status.
 """
 
 from __future__ import annotations
@@ -48,12 +49,21 @@ def _run_values(path: Path) -> dict[str, float | str]:
 def _study_values(path: Path) -> dict[str, float | str]:
     info = json.loads((path / "verdict.json").read_text())
     values: dict[str, float | str] = {"study": info["study"], "preset": info["preset"]}
+    if info.get("seed") is not None:
+        values["seed"] = float(info["seed"])
     for claim in info["claims"]:
         cid = claim["claim"].split(":")[0].strip()
         measured = claim["measured"]
         values[f"{cid} measured"] = math.nan if measured is None else float(measured)
         values[f"{cid} threshold"] = float(claim["threshold"])
         values[f"{cid} passed"] = "yes" if claim["passed"] else "no"
+        if "status" in claim:
+            values[f"{cid} status"] = claim["status"]
+        control = claim.get("control")
+        if control:
+            values[f"{cid} control"] = (
+                math.nan if control["measured"] is None else control["measured"]
+            )
     for row in info["runs"]:
         values[f"run {row['name']}"] = str(row["status"])
     return values

@@ -47,6 +47,9 @@ def _table(rows: list[dict[str, Any]]) -> str:
             if c == "passed":
                 cls = "pass" if v else "fail"
                 cells.append(f"<td class={cls}>{'yes' if v else 'no'}</td>")
+            elif c == "status":
+                cls = {"held": "pass", "not held": "fail"}.get(str(v), "warn")
+                cells.append(f"<td class={cls}>{html.escape(str(v))}</td>")
             else:
                 cells.append(f"<td>{_fmt(v)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
@@ -117,6 +120,35 @@ def _configs(configs: dict[str, Any]) -> str:
     return "".join(parts) or "<p class=muted>(none)</p>"
 
 
+def _claim_row(v: Any) -> dict[str, Any]:
+    """One :class:`~dynascope.studies.Verdict` as a row of the report's verdict table."""
+    from dynascope.report.suite import control_cell, spread_cell
+
+    data = v.to_json()
+    control = "no control" if v.control is None else f"{v.control.text}: {control_cell(data)}"
+    pre = v.precondition
+    precondition = "none stated (legacy verdict)"
+    if pre is not None:
+        precondition = f"{pre.text}: {'met' if pre.met else 'NOT met'}"
+        if not math.isnan(pre.measured):
+            precondition += f" (measured {_fmt(pre.measured)})"
+    per_seed = ", ".join(f"{s}: {_fmt(x)}" for s, x in zip(v.seeds, v.per_seed))
+    return {
+        "claim": v.claim,
+        "status": v.status,
+        "measured": v.measured,
+        "threshold": f"{v.direction} {v.threshold:.4g}",
+        "per seed": per_seed or "no seeds",
+        "spread": spread_cell(data),
+        "control": control,
+        "precondition": precondition,
+        "metric": v.metric,
+        "aggregation": v.aggregation or "single value (legacy verdict)",
+        "why inconclusive": v.reason,
+        "detail": v.detail,
+    }
+
+
 def write_study_report(
     study: Any,
     outcome: Any,
@@ -136,29 +168,19 @@ def write_study_report(
         path: where to write.
         configs: run name -> config (JSON data) for the configs section.
     """
-    verdict = (
-        "<span class=pass>held</span>" if outcome.passed else "<span class=fail>did not hold</span>"
-    )
-    claims = [
-        {
-            "claim": v.claim,
-            "metric": v.metric,
-            "measured": v.measured,
-            "threshold": v.threshold,
-            "passed": v.passed,
-            "detail": v.detail,
-        }
-        for v in outcome.claims
-    ]
+    cls = {"held": "pass", "not held": "fail"}.get(outcome.status, "warn")
+    verdict = f"<span class={cls}>{html.escape(outcome.status)}</span>"
+    claims = [_claim_row(v) for v in outcome.claims]
     counts = {}
     for row in outcome.runs:
         counts[str(row["status"])] = counts.get(str(row["status"]), 0) + 1
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    seed = "" if outcome.seed is None else f", seed {outcome.seed}"
     sections = [
         (
             "Claim",
             f"<p>{html.escape(study.claim)}</p><p class=muted>Source: {html.escape(study.source)}"
-            f"</p><p>Preset <b>{html.escape(outcome.preset)}</b>, {outcome.seconds:.1f} s, "
+            f"</p><p>Preset <b>{html.escape(outcome.preset)}</b>{seed}, {outcome.seconds:.1f} s, "
             f"{len(outcome.runs)} runs ({html.escape(summary)}). Overall: {verdict}.</p>",
         ),
         ("Verdicts", _table(claims)),

@@ -9,7 +9,10 @@ from .base import Analysis as Analysis
 from .base import RunSpec as RunSpec
 from .base import Study as Study
 from .base import StudyOutcome as StudyOutcome
-from .base import Verdict as Verdict
+from .verdict import Control as Control
+from .verdict import Precondition as Precondition
+from .verdict import Verdict as Verdict
+from .verdict import judge as judge
 
 
 def _registry() -> dict[str, Study]:

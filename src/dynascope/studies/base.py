@@ -31,7 +31,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +39,8 @@ import torch
 from pydantic import BaseModel
 
 from dynascope.store import Run, RunLockedError, load_run, safe_name
+
+from .verdict import Verdict
 
 if TYPE_CHECKING:
     from dynascope.executors import Executor
@@ -93,28 +95,6 @@ def dump_json(data: dict[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """One claim checked against measured runs.
-
-    Attributes:
-        claim: the claim in words.
-        metric: what was measured, with its definition in a few words.
-        measured: the measured value (NaN when it could not be measured; ``null`` in
-            ``verdict.json``).
-        threshold: the frozen threshold it is compared with.
-        passed: whether the claim held.
-        detail: how the comparison reads (``measured <= threshold``) and notes.
-    """
-
-    claim: str
-    metric: str
-    measured: float
-    threshold: float
-    passed: bool
-    detail: str = ""
-
-
-@dataclass(frozen=True)
 class RunSpec:
     """One run of a study: its directory name, config and the runner that executes it.
 
@@ -159,7 +139,12 @@ class Analysis:
 
 @dataclass
 class StudyOutcome:
-    """Result of :meth:`Study.run`, also written to ``verdict.json``."""
+    """Result of :meth:`Study.run`, also written to ``verdict.json``.
+
+    ``seed`` is the base seed the runs were shifted by (``study run --seed N``; ``None`` when
+    the directory's ``study.json`` does not say). ``status``: ``held`` when every claim held,
+    ``not held`` when any claim did not hold, else ``inconclusive``.
+    """
 
     study: str
     preset: str
@@ -168,17 +153,27 @@ class StudyOutcome:
     seconds: float
     out: Path
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    seed: int | None = None
 
     @property
     def passed(self) -> bool:
         return all(v.passed for v in self.claims)
 
+    @property
+    def status(self) -> str:
+        statuses = {v.status for v in self.claims}
+        if statuses <= {"held"}:
+            return "held"
+        return "not held" if "not held" in statuses else "inconclusive"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "study": self.study,
             "preset": self.preset,
+            "seed": self.seed,
+            "status": self.status,
             "passed": self.passed,
-            "claims": [asdict(v) for v in self.claims],
+            "claims": [v.to_json() for v in self.claims],
             "runs": self.runs,
             "tables": self.tables,
             "seconds": round(self.seconds, 2),
@@ -375,6 +370,7 @@ class Study:
             seconds=seconds(),
             out=out,
             tables=analysis.tables,
+            seed=_base_seed(out),
         )
         (out / "verdict.json").write_text(dump_json(outcome.to_json()))
         from dynascope.report.html import write_study_report
@@ -468,6 +464,14 @@ def _reporter(on_run: Callable[..., None] | None) -> Callable[[str, Any, Any, st
             on_run(name, status or "unknown", seconds)
 
     return report
+
+
+def _base_seed(out: Path) -> int | None:
+    """The seed the study's runs were shifted by, from ``out/study.json`` (``None``: unknown)."""
+    try:
+        return int(json.loads((out / "study.json").read_text())["seed"])
+    except (FileNotFoundError, KeyError, TypeError, ValueError):
+        return None
 
 
 def _previous_seconds(out: Path) -> dict[str, Any]:

@@ -27,13 +27,24 @@ System (S09 "Study MLP"; our choices for S09's open details, exposed in :class:`
   with NTK (all learning rates ∝ m^-½) and with muP, 10 updates at base lr 1e-2; the relative
   change of the hidden preactivation ``||h_t − h_1|| / ||h_1||`` at the last step vs width.
 
-Verdicts (thresholds are S09's proposals, frozen before the first fast run and never tuned; the
-measured values are reported whatever they are):
+Verdicts (the verdict contract, :func:`dynascope.studies.verdict.judge`; thresholds are S09's
+proposals, frozen before the first fast run and never tuned; the measured values are reported
+whatever they are). Each claim is measured once per seed s (the coordinate check's model seeds
+``seed + 0 .. seed + nseeds - 1``; one seed's activations at every width), aggregated by the
+default rule (the mean over seeds passes and at least 2/3 of the seeds pass):
 
-- c1: SP + Adam, ``l1(logits, t=3, w_max) / l1(logits, t=3, w_min) ≥ 4`` (w_max/w_min = 32
-  in ``fast``; growth ∝ width would give ≈ 32).
-- c2: muP + Adam, ``max_w l1 / min_w l1 ≤ 1.5`` for every gated module at t ∈ {2, 3}; the
-  study's headline metric is c2's worst ratio. (At t = 1 the zero-initialised logits are 0.)
+- c1: SP + Adam, per seed ``l1(logits, t=3, w_max) / l1(logits, t=3, w_min) >= 4``
+  (w_max/w_min = 32 in ``fast``; growth ∝ width would give ≈ 32). Control: the same ratio in
+  the muP + Adam run, which must not grow (muP's readout keeps the logits Θ(1)).
+- c2: muP + Adam, per seed ``max_w l1 / min_w l1 <= 1.5``, worst over every gated module and
+  t ∈ {2, 3}. Control: the same worst spread in the SP + Adam run, which must exceed 1.5
+  (SP's logits grow with width). (At t = 1 the zero-initialised logits are 0.)
+- Precondition of both: the widths span w_max / w_min >= 8 (a Θ(width) growth then shows as
+  >= 8x, twice c1's threshold, so "grows" and "flat" are separable) and at least
+  one update was taken (t = 2 exists). The smoke preset meets it with widths {32, 256}.
+
+Until issue 18 these verdicts were judged on the seed means (one number per claim); the
+per-seed form above was fixed, thresholds unchanged, before any per-seed value was computed.
 
 The ``paper`` preset adds widths 2^7..2^13 with 5 seeds, SGD and AdamW coordinate checks, an
 Adam-ε scaling ablation (``eps_scaling = "width"``: hidden matrices' ε ÷ m) and learning-rate
@@ -59,6 +70,7 @@ from dynascope.probes.coordcheck import CoordRecord, coord_check, coord_summary,
 from dynascope.report import new_figure, save_figure
 from dynascope.store import Run, RunStore
 from dynascope.studies.base import Analysis, RunSpec, Study, Verdict, one_intra_op_thread
+from dynascope.studies.verdict import Control, Precondition, judge
 from dynascope.tasks import Digits
 
 __all__ = ["STUDY", "CoordRunConfig", "MupCoordCheckPreset", "run_coord_check", "run_lr_transfer"]
@@ -77,6 +89,7 @@ C1_SP_GROWTH = 4.0
 C2_MUP_SPREAD = 1.5
 GATED_MODULES = ("W1", "relu1", "W2", "relu2", "logits")
 C2_STEPS = (2, 3)
+MIN_WIDTH_SPAN = 8.0  # precondition: w_max / w_min (see the module docstring)
 
 OptimizerName = Literal["adam", "adamw", "sgd", "signsgd"]
 
@@ -291,9 +304,9 @@ def _c3(widths: list[int], nseeds: int, batch_size: int, nsteps: int) -> list[Co
 
 
 def smoke() -> MupCoordCheckPreset:
-    """Plumbing only: widths {64, 128}, 1 seed, nsteps 2, batch 16."""
-    sp, mup = _pair(widths=[64, 128], nseeds=1, nsteps=2, batch_size=16)
-    return MupCoordCheckPreset(sp=sp, mup=mup, c3=_c3([64, 128], 1, 16, 3))
+    """Seconds: widths {32, 256} (the 8x span the verdicts presuppose), 3 seeds, batch 16."""
+    sp, mup = _pair(widths=[32, 256], nseeds=3, nsteps=3, batch_size=16)
+    return MupCoordCheckPreset(sp=sp, mup=mup, c3=_c3([32, 256], 3, 16, 3))
 
 
 def fast() -> MupCoordCheckPreset:
@@ -369,38 +382,88 @@ def _summary(run: Run, stat: str = "l1") -> dict[tuple[str, int], dict]:
     return {(r["module"], r["t"]): r for r in coord_summary(load_records(run, stat), stat)}
 
 
+def _l1_tables(run: Run) -> tuple[list[int], dict[tuple[str, int], np.ndarray]]:
+    """The run's seeds and ``{(module, t): l1 [nseeds, n_widths]}`` for the gated modules."""
+    cfg = CoordRunConfig.model_validate(run.config)
+    tables = {}
+    for module in GATED_MODULES:
+        steps, values = run.tensors(f"l1.{module}")  # [T, nseeds, n_widths]
+        for t, table in zip(steps, values):
+            tables[(module, int(t))] = np.asarray(table, dtype=float)
+    return [cfg.seed + s for s in range(cfg.nseeds)], tables
+
+
+def _growth_per_seed(run: Run, t: int) -> dict[int, float]:
+    """Per seed: ``l1(logits, t, w_max) / l1(logits, t, w_min)`` (NaN where unmeasurable)."""
+    seeds, tables = _l1_tables(run)
+    table = tables.get(("logits", t))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = table[:, -1] / table[:, 0] if table is not None else np.full(len(seeds), np.nan)
+    return {s: float(r) if np.isfinite(r) else math.nan for s, r in zip(seeds, ratio)}
+
+
+def _worst_spread_per_seed(run: Run, steps: list[int]) -> tuple[dict[int, float], list[str]]:
+    """Per seed: the worst ``max_w l1 / min_w l1`` over the gated modules and ``steps``.
+
+    A module whose l1 is 0 or not finite at some width makes that seed's value NaN. Also
+    returns, per seed, where the worst spread sits (``module@t``).
+    """
+    seeds, tables = _l1_tables(run)
+    worst = {s: -math.inf for s in seeds}
+    where = {s: "" for s in seeds}
+    for module in GATED_MODULES:
+        for t in steps:
+            table = tables.get((module, t))
+            for i, s in enumerate(seeds):
+                row = table[i] if table is not None else np.array([np.nan])
+                spread = row.max() / row.min() if np.all(np.isfinite(row) & (row > 0)) else np.nan
+                if not np.isfinite(spread):
+                    worst[s], where[s] = math.nan, f"{module}@t={t} unmeasurable"
+                elif spread > worst[s]:
+                    worst[s], where[s] = float(spread), f"{module}@t={t}"
+    return worst, [f"seed {s}: {where[s]}" for s in seeds]
+
+
 def _verdicts(sp: Run, mup: Run) -> tuple[list[Verdict], list[dict]]:
     sp_rows, mup_rows = _summary(sp), _summary(mup)
     last_t = max(t for _, t in sp_rows)
-    c1 = sp_rows.get(("logits", last_t), {}).get("width_ratio", float("nan"))
     widths = CoordRunConfig.model_validate(sp.config).widths
-    spreads = {
-        (m, t): mup_rows.get((m, t), {}).get("spread", float("nan"))
-        for m in GATED_MODULES
-        for t in C2_STEPS
-        if t <= last_t
-    }
-    worst_key = max(spreads, key=lambda k: -1 if math.isnan(spreads[k]) else spreads[k])
-    worst = spreads[worst_key] if spreads else float("nan")
-    if any(math.isnan(v) for v in spreads.values()):
-        worst = float("nan")
+    span = widths[-1] / widths[0]
+    steps = [t for t in C2_STEPS if t <= last_t]
+    precondition = Precondition(
+        f"the widths span w_max / w_min >= {MIN_WIDTH_SPAN:g} and at least one update was taken",
+        met=span >= MIN_WIDTH_SPAN and last_t >= 2,
+        measured=span,
+    )
+    c2_sp, _ = _worst_spread_per_seed(sp, steps)
+    c2_mup, where = _worst_spread_per_seed(mup, steps)
     verdicts = [
-        Verdict(
-            f"c1: SP + Adam: the logits grow with width after {last_t - 1} update(s)",
-            f"l1(logits, t={last_t}, w={widths[-1]}) / l1(logits, t={last_t}, w={widths[0]})",
-            c1,
-            C1_SP_GROWTH,
-            bool(c1 >= C1_SP_GROWTH),
-            f"measured >= threshold; width ratio {widths[-1] / widths[0]:g}",
+        judge(
+            claim=f"c1: SP + Adam: the logits grow with width after {last_t - 1} update(s)",
+            metric=f"per seed l1(logits, t={last_t}, w={widths[-1]}) / "
+            f"l1(logits, t={last_t}, w={widths[0]})",
+            per_seed=_growth_per_seed(sp, last_t),
+            threshold=C1_SP_GROWTH,
+            direction=">=",
+            precondition=precondition,
+            control=Control(
+                "muP + Adam, the same logits ratio (muP keeps the logits Θ(1))",
+                per_seed=_growth_per_seed(mup, last_t),
+            ),
+            detail=f"width ratio {span:g}",
         ),
-        Verdict(
-            "c2: muP + Adam: every layer's mean |activation| stays flat in width",
-            f"max over modules {', '.join(GATED_MODULES)} and t in {C2_STEPS} of "
-            "max_w l1 / min_w l1",
-            worst,
-            C2_MUP_SPREAD,
-            bool(worst <= C2_MUP_SPREAD),
-            f"measured <= threshold; worst at {worst_key[0]}, t={worst_key[1]}",
+        judge(
+            claim="c2: muP + Adam: every layer's mean |activation| stays flat in width",
+            metric=f"per seed, max over modules {', '.join(GATED_MODULES)} and t in "
+            f"{tuple(steps)} of max_w l1 / min_w l1",
+            per_seed=c2_mup,
+            threshold=C2_MUP_SPREAD,
+            direction="<=",
+            precondition=precondition,
+            control=Control(
+                "SP + Adam, the same worst spread (SP's logits grow with width)", per_seed=c2_sp
+            ),
+            detail="worst at " + "; ".join(where),
         ),
     ]
     rows = []

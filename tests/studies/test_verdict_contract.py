@@ -1,0 +1,110 @@
+"""Every registered study against the verdict contract (``studies/verdict.py``).
+
+- Which studies still build legacy verdicts (``Verdict(claim, metric, measured, threshold,
+  passed, detail)``: no seeds, no control) is read from their source: a ``Verdict(...)`` call
+  without ``status=`` in the study's module or in the private ``dynascope.studies`` modules it
+  imports. That set must equal :data:`LEGACY_STUDIES`, an allow-list that only shrinks: a
+  study ported to :func:`~dynascope.studies.verdict.judge` must be removed from it (the test
+  fails until it is), and no new study may join it.
+- ``study run --seed N`` shifts every run: at seed 1000 no run's config equals any run's config
+  at seed 0, in every preset of every study (so a verdict at ``--seed 1000`` is judged on seeds
+  nobody tuned on).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+from importlib.util import resolve_name
+
+import pytest
+
+from dynascope import studies
+from dynascope.studies.base import PRESETS
+
+# Studies whose analysis still builds legacy verdicts. Shrink this list as studies are ported
+# (issue 18, part B); never add to it.
+LEGACY_STUDIES = {
+    "autoencoder-greedy-rank",
+    "bottleneck-acceleration",
+    "compositional-icl-bottleneck",
+    "fisher-kernel-low-rank",
+    "gated-rnn-attention",
+    "gradual-rank",
+    "hyla-fuzzy-logic",
+    "hyper-ut-pvr",
+    "modular-teacher-student",
+    "ntk-lazy-validity",
+    "permuted-initialisations",
+    "randomized-algorithms",
+    "sigma-reparam-entropy",
+    "slingshot",
+    "weight-decay-low-rank",
+}
+_SHARED = {"dynascope.studies.base", "dynascope.studies.verdict"}
+
+
+def _study_modules(module_name: str, seen: set[str] | None = None) -> set[str]:
+    """``module_name`` and the ``dynascope.studies`` modules it imports, transitively."""
+    seen = set() if seen is None else seen
+    if module_name in seen or module_name in _SHARED:
+        return seen
+    seen.add(module_name)
+    tree = ast.parse(inspect.getsource(importlib.import_module(module_name)))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            target = node.module or ""
+            if node.level:
+                target = resolve_name("." * node.level + target, "dynascope.studies.x")
+            if target.startswith("dynascope.studies."):
+                _study_modules(target, seen)
+    return seen
+
+
+def _legacy_calls(module_name: str) -> list[int]:
+    """Line numbers of ``Verdict(...)`` calls without ``status=`` in ``module_name``."""
+    tree = ast.parse(inspect.getsource(importlib.import_module(module_name)))
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Verdict":
+            if not any(k.arg == "status" for k in node.keywords):
+                lines.append(node.lineno)
+    return lines
+
+
+def _legacy_studies() -> dict[str, list[str]]:
+    found = {}
+    for name in studies.names():
+        modules = _study_modules(studies.get(name).analyze.__module__)
+        calls = [f"{m}:{line}" for m in sorted(modules) for line in _legacy_calls(m)]
+        if calls:
+            found[name] = calls
+    return found
+
+
+def test_the_set_of_studies_with_legacy_verdicts_is_the_shrinking_allow_list():
+    found = _legacy_studies()
+    ported = LEGACY_STUDIES - set(found)
+    assert not ported, f"ported to judge(): remove {sorted(ported)} from LEGACY_STUDIES"
+    new = set(found) - LEGACY_STUDIES
+    assert not new, (
+        f"legacy Verdict(...) calls in studies not on the list: { {n: found[n] for n in new} }"
+    )
+
+
+def test_the_detector_finds_legacy_calls_and_ignores_judged_ones():
+    legacy = _legacy_studies()
+    assert "dynascope.studies.slingshot" in " ".join(legacy["slingshot"])
+    assert "mup-coordinate-check" not in legacy and "ntk-universality" not in legacy
+
+
+@pytest.mark.parametrize("name", studies.names())
+def test_seed_shifts_every_run_of_every_preset(name):
+    study = studies.get(name)
+    for preset in PRESETS:
+        config = study.preset(preset)
+        base = [s.config.model_dump_json() for s in study.build_runs(config, 0)]
+        shifted = [s.config.model_dump_json() for s in study.build_runs(config, 1000)]
+        assert len(shifted) == len(base)
+        assert not set(base) & set(shifted), f"{name}/{preset}: a run ignores --seed"
