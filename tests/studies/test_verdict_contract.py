@@ -26,7 +26,6 @@ from dynascope.studies.base import PRESETS
 # Studies whose analysis still builds legacy verdicts. Shrink this list as studies are ported
 # (issue 18, part B); never add to it.
 LEGACY_STUDIES = {
-    "autoencoder-greedy-rank",
     "bottleneck-acceleration",
     "compositional-icl-bottleneck",
     "fisher-kernel-low-rank",
@@ -51,12 +50,13 @@ def _study_modules(module_name: str, seen: set[str] | None = None) -> set[str]:
     if module_name in seen or module_name in _SHARED:
         return seen
     seen.add(module_name)
-    tree = ast.parse(inspect.getsource(importlib.import_module(module_name)))
+    module = importlib.import_module(module_name)
+    tree = ast.parse(inspect.getsource(module))
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             target = node.module or ""
-            if node.level:
-                target = resolve_name("." * node.level + target, "dynascope.studies.x")
+            if node.level:  # relative to the module's package (a study may be a package)
+                target = resolve_name("." * node.level + target, module.__package__)
             if target.startswith("dynascope.studies."):
                 _study_modules(target, seen)
     return seen
