@@ -27,7 +27,6 @@ from dynascope.studies.base import PRESETS
 # (issue 18, part B); never add to it.
 LEGACY_STUDIES = {
     "compositional-icl-bottleneck",
-    "fisher-kernel-low-rank",
     "gated-rnn-attention",
     "gradual-rank",
     "hyla-fuzzy-logic",
