@@ -13,8 +13,8 @@ On a step with nothing due, :meth:`Monitor.step` costs one set lookup.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 from torch import Tensor, nn
@@ -85,11 +85,14 @@ class Monitor:
 
     Args:
         model: the model the probes read (pass the unwrapped module under DDP).
-        probes: probe instances; their keys must not collide.
+        probes: probe instances; their keys must not collide (:meth:`step` raises if they do).
         schedule: an :class:`EveryN`, :class:`LogSchedule` or anything with ``due(step)``.
         sink: anything with ``log(step, dict)``, e.g. :class:`dynascope.RunStore` or
             :class:`dynascope.integrations.tensorboard.TensorBoardSink`, or a sequence of them
             (each gets every record).
+        loss: the training loss ``loss(model, batch) -> loss | (loss, metrics)`` (the
+            engine's ``Parts.loss``), handed to the probes that measure the loss landscape
+            (:class:`dynascope.probes.Sharpness`) as ``ProbeContext.loss``; ``None`` if unknown.
     """
 
     def __init__(
@@ -98,20 +101,39 @@ class Monitor:
         probes: Sequence[Probe],
         schedule: Schedule,
         sink: Sink | Sequence[Sink],
+        *,
+        loss: Callable[[nn.Module, dict[str, Tensor]], Any] | None = None,
     ) -> None:
         self.model = model
         self.probes = list(probes)
         self.schedule = schedule
         self.sinks: list[Sink] = list(sink) if isinstance(sink, Sequence) else [sink]
+        self.loss = loss
 
     def step(self, step: int, batch: dict[str, Tensor] | None = None) -> bool:
-        """Run the due probes for ``step``; returns whether anything ran."""
+        """Run the due probes for ``step``; returns whether anything ran.
+
+        Raises:
+            ValueError: if two probes emit the same key (the message names both probes and the
+                key), before anything reaches a sink.
+        """
         if not self.probes or not self.schedule.due(step):
             return False
-        ctx = ProbeContext(step=step, batch=batch)
+        ctx = ProbeContext(step=step, batch=batch, loss=self.loss)
         record: dict[str, Tensor | float] = {}
-        for probe in self.probes:
-            record.update(probe(self.model, ctx))
+        owner: dict[str, int] = {}  # key -> index of the probe that emitted it
+        for i, probe in enumerate(self.probes):
+            values = probe(self.model, ctx)
+            for key in values:
+                if key in owner:
+                    j = owner[key]
+                    raise ValueError(
+                        f"probes[{j}] {self.probes[j]!r} and probes[{i}] {probe!r} both emit key "
+                        f"{key!r} at step {step}, so one would overwrite the other; keep one of "
+                        "them or log the other through its own Monitor and sink"
+                    )
+                owner[key] = i
+            record.update(values)
         for sink in self.sinks:
             sink.log(step, record)
         return True

@@ -9,6 +9,7 @@ parametrizations coincide (muP == SP at the base width; NTK == SP at init at any
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -177,3 +178,40 @@ def test_l2_weight_decay_is_scaled_against_the_learning_rate():
     groups = parameter_groups(_mlp(32), _mlp(8), lr=1.0, weight_decay=0.1, decoupled_wd=False)
     for group in groups:
         assert group["lr"] * group["weight_decay"] == pytest.approx(0.1)
+
+
+def _single_process_group(tmp_path):
+    import torch.distributed as dist
+
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    return dist
+
+
+def test_mup_groups_on_ddp_and_compiled_models_equal_the_bare_models(tmp_path):
+    """Issue 20: ``parameter_groups(DDP(model), base)`` and ``(torch.compile(model), base)``
+    raised (the ``module.`` / ``_orig_mod.`` prefixes were not stripped). Oracle: the bare
+    model's groups, parameter by parameter; both wrappers share the bare model's tensors."""
+    model, base = _mlp(32, use_bias=True), _mlp(8, use_bias=True)
+    bare = _lrs(parameter_groups(model, base, lr=1e-2))
+    dist = _single_process_group(tmp_path)
+    try:
+        ddp = nn.parallel.DistributedDataParallel(model)
+        with warnings.catch_warnings():  # torch._dynamo's first import: torch.jit deprecations
+            warnings.filterwarnings("ignore", r"`torch\.jit\.script", DeprecationWarning)
+            compiled = torch.compile(model)  # only builds the wrapper; nothing is compiled here
+        wrapped = {
+            "ddp": ddp,
+            "compile": compiled,
+            "compile(ddp)": torch.compile(ddp),
+            "data_parallel": nn.DataParallel(model),
+        }
+        for name, wrapper in wrapped.items():
+            assert _lrs(parameter_groups(wrapper, base, lr=1e-2)) == bare, name
+            shapes = infer_shapes(wrapper, torch.compile(base))  # a wrapped base works too
+            assert set(shapes) == {k for k, _ in wrapper.named_parameters()}, name
+            assert [s.role for s in shapes.values()] == [
+                s.role for s in infer_shapes(model, base).values()
+            ]
+    finally:
+        dist.destroy_process_group()

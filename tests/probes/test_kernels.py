@@ -398,6 +398,9 @@ def test_ntk_drift_probe_measures_the_relative_change_and_resumes():
             float(ntk_relative_change(K1, K0)), rel=1e-12
         )
         assert out["ntk.trace"] == pytest.approx(float(torch.trace(K1)), rel=1e-12)
-    assert NTKDrift()(model, ProbeContext(step=0)) == {}
+    # Issue 20: without inputs (as the HF callback steps it) it raised nothing and logged {}.
+    for ctx, got in ((ProbeContext(step=0), "no batch"), (ProbeContext(0, {"y": x}), r"\['y'\]")):
+        with pytest.raises(ValueError, match=rf"ntk_drift needs inputs: pass x=.*\(got .*{got}"):
+            NTKDrift()(model, ctx)
     with pytest.raises(ValueError, match="n_examples must be an integer >= 1"):
         NTKDrift(n_examples=0)

@@ -17,9 +17,12 @@ from shapes. Registered here, in this order:
     torch.nn.MultiheadAttention       ``_torch.py``: packed ``in_proj_weight`` or separate weights
     transformers.GPT2Attention        ``_hf.py``: fused ``Conv1D`` ``c_attn`` ``[in, out]``
     transformers.LlamaAttention-like  ``_hf.py``: ``q_proj/k_proj/v_proj/o_proj``, grouped K/V
+    transformers.Phi3Attention-like   ``_hf.py``: fused ``qkv_proj`` (Q | K | V rows), ``o_proj``
+    transformer_lens AbstractAttention ``_transformer_lens.py``: already this layout
 
 :func:`capture_patterns` reads every attention pattern: through a ``hook_pattern``
-:class:`~dynascope.nn.CapturePoint` where the module has one, otherwise by recomputing the
+:class:`~dynascope.nn.CapturePoint` (or TransformerLens ``HookPoint``) where the module has one,
+otherwise by recomputing the
 pattern from the inputs a forward pre-hook catches, with the adapter's pattern function (each
 under a parity test against the module's own softmax). Register a new architecture with
 :func:`register_adapter`.
@@ -33,16 +36,28 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
+from dynascope.nn.attention import autodiff_transform_active as autodiff_transform_active
 from dynascope.nn.capture import CapturePoint
 
-from ._hf import gpt2_pattern, gpt2_view, llama_pattern, llama_view
-from ._torch import multihead_attention_pattern, multihead_attention_view
+from ._hf import (
+    eager_attention,
+    fused_qkv_view,
+    gpt2_pattern,
+    gpt2_view,
+    llama_pattern,
+    llama_view,
+    phi3_pattern,
+)
+from ._torch import multihead_attention_pattern, multihead_attention_view, no_mha_fastpath
+from ._transformer_lens import is_pattern_hook, transformer_lens_view
 from ._view import AttentionView as AttentionView
 
 __all__ = [
     "AttentionView",
     "attention_views",
     "capture_patterns",
+    "explicit_attention",
+    "autodiff_transform_active",
     "register_adapter",
     "stack_views",
     "supported_architectures",
@@ -107,6 +122,8 @@ register_adapter(
 )
 register_adapter("transformers.GPT2Attention", gpt2_view, gpt2_pattern)
 register_adapter("transformers.LlamaAttention-like", llama_view, llama_pattern)
+register_adapter("transformers.Phi3Attention-like", fused_qkv_view, phi3_pattern)
+register_adapter("transformer_lens.AbstractAttention", transformer_lens_view)
 
 
 def _owners(model: nn.Module) -> Iterator[tuple[str, nn.Module, str, AttentionView]]:
@@ -162,11 +179,12 @@ def capture_patterns(model: nn.Module) -> Iterator[dict[str, Tensor]]:
     """Record every attention layer's pattern, keyed by the attention module's qualified name.
 
     A module with a ``hook_pattern`` :class:`~dynascope.nn.CapturePoint` child (dynascope's own
-    attention) is read through it. Every other module an adapter owns gets a forward pre-hook
-    that catches its inputs and recomputes the pattern with the adapter's pattern function from a
-    freshly read view, under ``torch.no_grad()``; a forward hook files it once the module's
-    forward has succeeded (so the module's own input errors come first). The model's forward is
-    not changed: no monkey-patching, no flags.
+    attention) or TransformerLens ``HookPoint`` child (``HookedTransformer``) is read through it.
+    Every other module an adapter owns gets a forward pre-hook that catches its inputs and
+    recomputes the pattern with the adapter's pattern function from a freshly read view, under
+    ``torch.no_grad()``; a forward hook files it once the module's forward has succeeded (so the
+    module's own input errors come first). The model's forward is not changed: no
+    monkey-patching, no flags.
 
     Example::
 
@@ -186,10 +204,10 @@ def capture_patterns(model: nn.Module) -> Iterator[dict[str, Tensor]]:
             During the block, the pattern function's errors (e.g. a KV cache holding past
             positions, which the layer's inputs do not show) are raised after the forward.
     """
-    points: dict[str, CapturePoint] = {}
+    points: dict[str, nn.Module] = {}
     for name, module in model.named_modules():
         point = getattr(module, "hook_pattern", None)
-        if isinstance(point, CapturePoint):
+        if isinstance(point, CapturePoint) or is_pattern_hook(point):
             points[name] = point
     recomputed = {
         name: (module, architecture)
@@ -249,3 +267,33 @@ def capture_patterns(model: nn.Module) -> Iterator[dict[str, Tensor]]:
     finally:
         for handle in handles:
             handle.remove()
+
+
+@contextmanager
+def explicit_attention(model: nn.Module) -> Iterator[None]:
+    """Inside the block, ``model``'s attention computes its softmax explicitly (no fused kernel).
+
+    Forward-mode AD (``torch.func.jvp``, hence ``empirical_ntk(strategy="jvp_vjp")``,
+    ``linearize`` and the NFK embedding) has no rule for ``F.scaled_dot_product_attention`` on
+    CPU. dynascope's own attention switches itself while a forward-AD level is open
+    (:func:`autodiff_transform_active`); Hugging Face models are switched here to their eager
+    implementation (``config._attn_implementation = "eager"``), and ``torch.nn.MultiheadAttention``
+    loses its fused inference fast path (``need_weights=False`` calls, as in
+    ``nn.TransformerEncoderLayer``, still use SDPA and stay unsupported); the caller's settings
+    come back on exit, also when the block raises. :func:`dynascope.probes.model_function` enters
+    this block on every call, so kernels built from a module need nothing more; wrap calls on
+    a hand-written ``model_fn`` / ``score_fn`` over a Hugging Face model in it::
+
+        with explicit_attention(model):
+            emb = nfk_embedding(score_fn, params, x)
+
+    Both paths compute the same function (tests compare the jvp strategies with the Jacobian
+    one on dynascope's Transformer and a tiny random GPT-2 with SDPA attention).
+
+    Args:
+        model: any module; modules without a fused attention backend are left alone.
+    Returns:
+        A context manager yielding nothing.
+    """
+    with eager_attention(model), no_mha_fastpath(model):
+        yield

@@ -23,6 +23,13 @@ convention (weights ``[out, in]``):
     else is a view. RoPE rotates q and k between ``x @ W_Q`` and the dot product, so the views
     carry ``rotary=True``.
 
+Fused ``qkv_proj`` (``Phi3Attention`` and any module with ``nn.Linear`` ``qkv_proj`` and
+``o_proj``, an int ``head_dim`` and ``num_key_value_heads``), ``nn.Linear`` convention:
+    ``qkv_proj.weight: [(n_heads + 2 n_key_value_heads) d_head, d_model]``, rows Q | K | V,
+    each head-major; ``o_proj.weight: [d_model, n_heads d_head]``. Grouped K/V heads are
+    repeated as for Llama. Phi-3's RoPE may rotate only the first ``cos.shape[-1]`` dims of
+    each head (``partial_rotary_factor``); the rest pass through.
+
 Pattern recomputation follows transformers 5.x: ``attention_mask`` reaches the layer as an
 additive float mask ``[batch, 1, query_pos, key_pos]`` (eager), a bool mask (True = attend;
 sdpa), a 2-D padding mask (flash) or ``None``. ``None`` means no mask for the eager kernel and
@@ -40,6 +47,8 @@ from __future__ import annotations
 
 import inspect
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -48,7 +57,15 @@ from torch import Tensor, nn
 from ._inputs import bind_inputs, project
 from ._view import AttentionView, heads_from_columns, heads_from_rows, slices
 
-__all__ = ["gpt2_pattern", "gpt2_view", "llama_pattern", "llama_view"]
+__all__ = [
+    "eager_attention",
+    "fused_qkv_view",
+    "gpt2_pattern",
+    "gpt2_view",
+    "llama_pattern",
+    "llama_view",
+    "phi3_pattern",
+]
 
 _GPT2 = ("transformers.models.gpt2.modeling_gpt2", "GPT2Attention")
 # Classes whose forward is LlamaAttention's (rotate-half RoPE, float32 eager softmax, mask as
@@ -59,6 +76,9 @@ _LLAMA_FAMILY = (
     ("transformers.models.qwen2.modeling_qwen2", "Qwen2Attention"),
 )
 _LLAMA_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj")
+# Fused-qkv classes whose forward is Phi3Attention's (partial rotate-half RoPE, float32 eager
+# softmax, mask as given).
+_PHI3_FAMILY = (("transformers.models.phi3.modeling_phi3", "Phi3Attention"),)
 
 
 def _is_instance(module: nn.Module, spec: tuple[str, str]) -> bool:
@@ -74,6 +94,47 @@ def _require_transformers_5(module: nn.Module) -> None:
             f"capture_patterns recomputes {type(module).__name__} patterns with the attention-mask "
             f"semantics of transformers>=5 (got transformers {version})"
         )
+
+
+# ------------------------------------------------------------------------ attention backend
+
+
+def _attention_configs(model: nn.Module) -> list[Any]:
+    """Every distinct config of the Hugging Face (sub)models in ``model`` and their sub-configs,
+    parents before children (so a restore in this order is exact)."""
+    source = sys.modules.get("transformers.modeling_utils")  # not imported -> no HF model
+    pretrained = getattr(source, "PreTrainedModel", None)
+    if pretrained is None:
+        return []
+    seen: dict[int, Any] = {}
+    queue = [m.config for m in model.modules() if isinstance(m, pretrained)]
+    while queue:
+        config = queue.pop(0)
+        if id(config) in seen or not hasattr(config, "_attn_implementation"):
+            continue
+        seen[id(config)] = config
+        queue.extend(getattr(config, key, None) for key in getattr(config, "sub_configs", {}))
+    return list(seen.values())
+
+
+@contextmanager
+def eager_attention(model: nn.Module) -> Iterator[None]:
+    """Run every Hugging Face (sub)model inside ``model`` with the eager attention kernel.
+
+    transformers reads ``config._attn_implementation`` at each forward (masks and kernel), so
+    setting it to ``"eager"`` switches SDPA / flash models to the explicit softmax; on exit
+    every config gets its own previous value back, also when the block raises. A model without
+    Hugging Face submodels is left alone.
+    """
+    configs = _attention_configs(model)
+    saved = [config._attn_implementation for config in configs]
+    try:
+        for config in configs:
+            config._attn_implementation = "eager"
+        yield
+    finally:
+        for config, value in zip(configs, saved, strict=True):
+            config._attn_implementation = value
 
 
 # ---------------------------------------------------------------------------------------- GPT-2
@@ -220,12 +281,16 @@ def llama_view(name: str, module: nn.Module) -> AttentionView | None:
 
 
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """RoPE, rotate-half convention ``x cos + [-x2, x1] sin``; cos, sin: ``[batch, pos, d_head]``.
+    """RoPE, rotate-half convention ``x cos + [-x2, x1] sin``; cos, sin: ``[batch, pos, d_rot]``.
 
-    ``x: [batch, n_heads, pos, d_head]``; ``x1, x2`` are its two halves along ``d_head``.
+    ``x: [batch, n_heads, pos, d_head]``; its first ``d_rot <= d_head`` dims are rotated
+    (``x1, x2`` are their two halves) and the rest pass through (Phi-3's partial rotary).
     """
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos[:, None] + torch.cat((-x2, x1), dim=-1) * sin[:, None]
+    d_rot = cos.shape[-1]
+    x_rot, x_pass = x[..., :d_rot], x[..., d_rot:]
+    x1, x2 = x_rot.chunk(2, dim=-1)
+    rotated = x_rot * cos[:, None] + torch.cat((-x2, x1), dim=-1) * sin[:, None]
+    return torch.cat((rotated, x_pass), dim=-1)
 
 
 def llama_pattern(view: AttentionView, args: tuple, kwargs: dict) -> Tensor:
@@ -244,11 +309,18 @@ def llama_pattern(view: AttentionView, args: tuple, kwargs: dict) -> Tensor:
             differ); if ``position_embeddings`` is missing; if a KV cache already holds
             positions for this layer; for an unknown mask form; if transformers < 5.
     """
+    return _rotary_pattern(view, args, kwargs, _LLAMA_FAMILY, "Llama-style")
+
+
+def _rotary_pattern(
+    view: AttentionView, args: tuple, kwargs: dict, family: tuple, layout: str
+) -> Tensor:
+    """The Llama / Phi-3 pattern: RoPE on q and k, float32 eager softmax, mask as given."""
     module = view.module
-    if not any(_is_instance(module, spec) for spec in _LLAMA_FAMILY):
+    if not any(_is_instance(module, spec) for spec in family):
         raise ValueError(
-            f"capture_patterns recomputes Llama-style patterns only for "
-            f"{', '.join(cls for _, cls in _LLAMA_FAMILY)} (got {type(module).__name__}, whose "
+            f"capture_patterns recomputes {layout} patterns only for "
+            f"{', '.join(cls for _, cls in family)} (got {type(module).__name__}, whose "
             "forward may differ); register an adapter with its own pattern function"
         )
     _require_transformers_5(module)
@@ -270,6 +342,89 @@ def llama_pattern(view: AttentionView, args: tuple, kwargs: dict) -> Tensor:
         scores, inputs.get("attention_mask"), eager=eager, is_causal=is_causal, float32=eager
     )
     return pattern.to(x.dtype)
+
+
+# ------------------------------------------------------------------------- fused qkv (Phi-3)
+
+
+def _is_fused_qkv(module: nn.Module) -> bool:
+    if any(_is_instance(module, spec) for spec in _PHI3_FAMILY):
+        return True
+    return (
+        all(isinstance(getattr(module, n, None), nn.Linear) for n in ("qkv_proj", "o_proj"))
+        and isinstance(getattr(module, "head_dim", None), int)
+        and isinstance(getattr(module, "num_key_value_heads", None), int)
+    )
+
+
+def fused_qkv_view(name: str, module: nn.Module) -> AttentionView | None:
+    """Views of a fused-``qkv_proj`` attention module's weights (Phi-3 style), else ``None``.
+
+    Returns:
+        ``W_Q, W_K, W_V: [n_heads, d_model, d_head]``, ``W_O: [n_heads, d_head, d_model]``,
+        biases or ``None``; ``n_heads = o_proj.in_features / head_dim`` counts query heads,
+        grouped K/V repeated (copies when grouped, views of ``qkv_proj`` otherwise);
+        ``scale = module.scaling``; ``rotary=True`` for Phi-3, and for other modules iff their
+        forward takes ``position_embeddings``.
+    Raises:
+        ValueError: if ``qkv_proj``'s width is not ``(n_heads + 2 n_key_value_heads) head_dim``
+            or ``n_key_value_heads`` does not divide ``n_heads``.
+    """
+    if not _is_fused_qkv(module):
+        return None
+    qkv, o_proj = module.qkv_proj, module.o_proj
+    d_head, n_kv = module.head_dim, module.num_key_value_heads
+    n_heads = o_proj.in_features // d_head
+    if (
+        n_heads * d_head != o_proj.in_features
+        or qkv.out_features != (n_heads + 2 * n_kv) * d_head
+        or n_kv < 1
+        or n_heads % n_kv
+    ):
+        raise ValueError(
+            f"{name}: qkv_proj width must be (n_heads + 2*num_key_value_heads)*head_dim with "
+            f"n_heads = o_proj.in_features/head_dim a multiple of num_key_value_heads (got "
+            f"{qkv.out_features}, o_proj.in_features={o_proj.in_features}, head_dim={d_head}, "
+            f"num_key_value_heads={n_kv})"
+        )
+    groups, widths = n_heads // n_kv, [n_heads * d_head, n_kv * d_head, n_kv * d_head]
+    W_q, W_k, W_v = qkv.weight.split(widths, dim=0)  # [width, d_model] each, views
+    b_q, b_k, b_v = (None,) * 3 if qkv.bias is None else qkv.bias.split(widths)
+
+    def kv_heads(t: Tensor | None) -> Tensor | None:  # [n_kv, ...] -> [n_heads, ...]
+        return t if t is None or groups == 1 else t.repeat_interleave(groups, dim=0)
+
+    def bias_heads(b: Tensor | None) -> Tensor | None:
+        return None if b is None else b.unflatten(0, (-1, d_head))
+
+    known = any(_is_instance(module, spec) for spec in _PHI3_FAMILY)
+    return AttentionView(
+        name=name,
+        W_Q=heads_from_rows(W_q, n_heads),
+        W_K=kv_heads(heads_from_rows(W_k, n_kv)),
+        W_V=kv_heads(heads_from_rows(W_v, n_kv)),
+        W_O=o_proj.weight.T.unflatten(0, (n_heads, d_head)),
+        b_Q=bias_heads(b_q),
+        b_K=kv_heads(bias_heads(b_k)),
+        b_V=kv_heads(bias_heads(b_v)),
+        b_O=o_proj.bias,
+        module=module,
+        scale=float(getattr(module, "scaling", d_head**-0.5)),
+        rotary=known or "position_embeddings" in inspect.signature(module.forward).parameters,
+        n_key_value_heads=n_kv,
+    )
+
+
+def phi3_pattern(view: AttentionView, args: tuple, kwargs: dict) -> Tensor:
+    """Recompute a ``Phi3Attention`` pattern from its forward's inputs (as :func:`llama_pattern`,
+    with the partial rotary of ``cos.shape[-1] <= d_head`` dims).
+
+    Returns:
+        ``[batch, n_heads, query_pos, key_pos]`` in the hidden states' dtype, before dropout.
+    Raises:
+        ValueError: as :func:`llama_pattern`, for modules not of a class in ``_PHI3_FAMILY``.
+    """
+    return _rotary_pattern(view, args, kwargs, _PHI3_FAMILY, "fused-qkv")
 
 
 # ----------------------------------------------------------------------------------------- masks

@@ -27,6 +27,8 @@ taken while any submodule has hooks (torch checks), so capture sees every encode
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -36,7 +38,28 @@ from torch import Tensor, nn
 from ._inputs import bind_inputs, project
 from ._view import AttentionView, heads_from_rows, slices
 
-__all__ = ["multihead_attention_pattern", "multihead_attention_view"]
+__all__ = ["multihead_attention_pattern", "multihead_attention_view", "no_mha_fastpath"]
+
+
+@contextmanager
+def no_mha_fastpath(model: nn.Module) -> Iterator[None]:
+    """Turn off ``nn.MultiheadAttention``'s fused inference fast path while ``model`` has one.
+
+    The fast path (``aten::_native_multi_head_attention``, taken in eval mode) has no
+    forward-AD rule; without it a ``need_weights=True`` call (the default) computes its softmax
+    explicitly. ``need_weights=False`` calls (``nn.TransformerEncoderLayer``) still go through
+    ``F.scaled_dot_product_attention``. The global flag
+    (``torch.backends.mha.set_fastpath_enabled``) is restored on exit, also on errors.
+    """
+    if not any(isinstance(m, nn.MultiheadAttention) for m in model.modules()):
+        yield
+        return
+    enabled = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(enabled)
 
 
 def multihead_attention_view(name: str, module: nn.Module) -> AttentionView | None:

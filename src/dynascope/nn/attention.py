@@ -41,11 +41,12 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.autograd import forward_ad
 
 from .capture import CapturePoint
 from .hyla import MIXERS, RelativePositionBias, hypernetwork_output, rms_head
 
-__all__ = ["MultiHeadAttention"]
+__all__ = ["MultiHeadAttention", "autodiff_transform_active"]
 
 # Hypernetwork kinds (HYLA and its ablations, arXiv 2406.05816): see dynascope.nn.hyla.MIXERS.
 AttentionKind = Literal[
@@ -60,6 +61,26 @@ AttentionKind = Literal[
 _KINDS = tuple(MIXERS)
 
 
+def autodiff_transform_active() -> bool:
+    """True inside a ``torch.func`` transform (``jvp``, ``vjp``, ``grad``, ``vmap``, ``jacrev``,
+    ``jacfwd``, ...) or a ``torch.autograd.forward_ad.dual_level()``.
+
+    Attention then takes its explicit softmax path: ``F.scaled_dot_product_attention`` has no
+    forward-AD rule on CPU (torch 2.13), and no batching rule for its backward, so under
+    ``vmap`` torch loops over the batch one example at a time. torch exposes no public flag;
+    this reads the open dual level (``torch.autograd.forward_ad._current_level``) and the
+    functorch interpreter stack (``torch._C._functorch.peek_interpreter_stack``), and a test
+    pins both against every entry point so a torch upgrade that moves them fails loudly. While
+    ``torch.compile`` traces, the interpreter stack is not meaningful and only the dual level
+    counts.
+    """
+    if forward_ad._current_level >= 0:
+        return True
+    return not torch.compiler.is_compiling() and (
+        torch._C._functorch.peek_interpreter_stack() is not None
+    )
+
+
 class MultiHeadAttention(nn.Module):
     """Self-attention with per-head ``W_Q, W_K, W_V, W_O`` and capture points for its pattern.
 
@@ -70,7 +91,9 @@ class MultiHeadAttention(nn.Module):
 
     When neither ``hook_attn_scores`` nor ``hook_pattern`` has a listener, the softmax kind runs
     ``F.scaled_dot_product_attention`` (fused, the pattern is never materialised); otherwise it
-    computes scores and pattern explicitly. Both paths compute the same function.
+    computes scores and pattern explicitly. Both paths compute the same function. Inside
+    ``torch.func`` transforms and forward-mode AD (:func:`autodiff_transform_active`) it always
+    takes the explicit path: the CPU SDPA kernels have no forward-AD or vmap-of-backward rules.
 
     Initialisation: ``W_Q, W_K, W_V ~ N(0, 1/d_model)`` (unit-variance inputs give unit-variance
     q, k, v), ``W_O ~ N(0, 1/(n_heads * d_head))`` (fan-in of the concatenated heads), biases 0.
@@ -226,7 +249,7 @@ class MultiHeadAttention(nn.Module):
         listened = self.hook_attn_scores.has_listener or self.hook_pattern.has_listener
         if self.kind not in ("softmax", "linear") or self.relative_position is not None:
             return self._hypernetwork_forward(q, k, v, mask)
-        if self.kind == "softmax" and not listened and not _in_functorch_transform(q):
+        if self.kind == "softmax" and not listened and not autodiff_transform_active():
             z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
         else:
             scores = self.hook_attn_scores(self.scale * q @ k.transpose(-1, -2))
@@ -276,13 +299,3 @@ class MultiHeadAttention(nn.Module):
         if self.b_O is not None:
             out = out + self.b_O
         return out
-
-
-def _in_functorch_transform(t: Tensor) -> bool:
-    """Whether ``t`` is wrapped by a torch.func transform (vmap, grad, jvp).
-
-    Fused SDPA has no batching rule under ``vmap`` on CPU (a per-example fallback loop, with a
-    warning) and no forward-AD rule, so under a transform attention takes the explicit path;
-    both paths compute the same function (tests/nn/test_attention.py).
-    """
-    return torch._C._functorch.is_functorch_wrapped_tensor(t)

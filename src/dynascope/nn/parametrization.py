@@ -50,11 +50,14 @@ References:
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
+from torch.nn import DataParallel
+from torch.nn.parallel import DistributedDataParallel
 from torch.nn.utils import parametrize
 
 from .attention import MultiHeadAttention
@@ -187,6 +190,21 @@ def _plain(name: str) -> str:
     return name.replace("parametrizations.", "").replace(".original", "")
 
 
+def _unwrap(model: nn.Module) -> tuple[nn.Module, str]:
+    """The module inside DDP / DataParallel / ``torch.compile`` wrappers (any nesting), and the
+    prefix the wrappers add to its parameter names (``"module."``, ``"_orig_mod."``)."""
+    dynamo = sys.modules.get("torch._dynamo.eval_frame")  # not imported -> nothing compiled
+    compiled = getattr(dynamo, "OptimizedModule", None)
+    prefix = ""
+    while True:
+        if isinstance(model, (DistributedDataParallel, DataParallel)):
+            model, prefix = model.module, prefix + "module."
+        elif compiled is not None and isinstance(model, compiled):
+            model, prefix = model._orig_mod, prefix + "_orig_mod."
+        else:
+            return model, prefix
+
+
 def _ratio(shape: torch.Size, base: torch.Size, dims: tuple[int, ...]) -> float:
     return math.prod(shape[d] for d in dims) / math.prod(base[d] for d in dims)
 
@@ -201,18 +219,22 @@ def infer_shapes(model: nn.Module, base_model: nn.Module) -> dict[str, ParamShap
     ``nn.Linear``.
 
     Args:
-        model: the model at width n.
-        base_model: the same architecture at the base width (parameter names must match).
+        model: the model at width n; it may be wrapped in ``DistributedDataParallel``,
+            ``DataParallel`` or ``torch.compile`` (the module inside is read).
+        base_model: the same architecture at the base width (parameter names must match),
+            wrapped or not.
     Returns:
-        ``{parameter name: ParamShape}`` for every parameter of ``model``.
+        ``{parameter name: ParamShape}`` for every parameter of ``model``, under the names
+        ``model.named_parameters()`` gives (with the wrappers' ``module.`` / ``_orig_mod.``).
     Raises:
         ValueError: if the parameter names or ranks of the two models differ.
     """
-    base = {_plain(k): p for k, p in base_model.named_parameters()}
+    model, prefix = _unwrap(model)
+    base = {_plain(k): p for k, p in _unwrap(base_model)[0].named_parameters()}
     modules = dict(model.named_modules())
     out: dict[str, ParamShape] = {}
-    for raw_name, param in model.named_parameters():
-        name = _plain(raw_name)
+    for inner_name, param in model.named_parameters():
+        raw_name, name = prefix + inner_name, _plain(inner_name)
         if name not in base or base[name].ndim != param.ndim:
             raise ValueError(
                 f"base_model must have the same parameters as model (parameter {name!r} is "
@@ -267,7 +289,8 @@ def parameter_groups(
     width-free; with ``decoupled_wd=True`` (AdamW) it is left as given.
 
     Args:
-        model: the model at width n (only ``requires_grad`` parameters are grouped).
+        model: the model at width n (only ``requires_grad`` parameters are grouped); wrapped in
+            DDP or ``torch.compile`` or not (see :func:`infer_shapes`).
         base_model: the same architecture at the base width (see :func:`infer_shapes`).
         lr: the base learning rate (the one tuned at the base width), > 0.
         parametrization: ``"standard"`` (one learning rate), ``"ntk"`` or ``"mup"``.

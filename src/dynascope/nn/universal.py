@@ -61,6 +61,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .attention import autodiff_transform_active
 from .transformer import TransformerBlock
 
 __all__ = [
@@ -339,7 +340,10 @@ class _BankBlock(nn.Module):
         q = torch.einsum("bpm,bhmd->bhpd", h, W_Q)
         k = torch.einsum("bpm,bhmd->bhpd", h, W_K)
         v = torch.einsum("bpm,bhmd->bhpd", h, W_V)
-        z = F.scaled_dot_product_attention(q, k, v)  # bidirectional, scale 1/sqrt(d_head)
+        if autodiff_transform_active():  # no forward-AD / vmap rules for CPU SDPA
+            z = (q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])).softmax(dim=-1) @ v
+        else:
+            z = F.scaled_dot_product_attention(q, k, v)  # bidirectional, scale 1/sqrt(d_head)
         x = x + torch.einsum("bhpd,bhdm->bpm", z, W_O)
         W_in, W_out = mix @ self.W_in.flatten(1), mix @ self.W_out.flatten(1)
         W_in = W_in.view(-1, *self.W_in.shape[1:])

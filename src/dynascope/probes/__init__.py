@@ -72,10 +72,12 @@ from .norms import group_norms as group_norms
 from .norms import last_layer_name as last_layer_name
 from .norms import layer_groups as layer_groups
 from .norms import role_groups as role_groups
+from .permutation import TransformerPermutation as TransformerPermutation
 from .permutation import activation_matching as activation_matching
 from .permutation import apply_permutation as apply_permutation
 from .permutation import interpolate as interpolate
 from .permutation import loss_barrier as loss_barrier
+from .permutation import match_transformers as match_transformers
 from .permutation import weight_matching as weight_matching
 from .randomized import bits_to_int as bits_to_int
 from .randomized import majority_vote as majority_vote
@@ -93,6 +95,10 @@ from .recurrent import one_step_gd_prediction as one_step_gd_prediction
 from .recurrent import optimal_gd_learning_rate as optimal_gd_learning_rate
 from .recurrent import pruned_copy as pruned_copy
 from .recurrent import query_gradient as query_gradient
+from .sharpness import HessianEigen as HessianEigen
+from .sharpness import Sharpness as Sharpness
+from .sharpness import hessian_top_eigenvalues as hessian_top_eigenvalues
+from .sharpness import hessian_trace as hessian_trace
 from .slingshot import SlingshotCycle as SlingshotCycle
 from .slingshot import detect_slingshots as detect_slingshots
 from .slingshot import grok_step as grok_step

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._permutation_chain import combine_params, layer_params, load_params
+from .base import isolated
 
 DEFAULT_ALPHAS = tuple(i / 10 for i in range(11))
 
@@ -133,6 +134,10 @@ def evaluate(
 ) -> dict[str, Tensor]:
     """Loss, accuracy and tempered loss of ``model`` on ``(x, y)``, without gradients.
 
+    The model runs in eval mode (dropout off, batch-norm running statistics), so the numbers
+    are those of the deterministic network; every submodule's mode and the RNG state are
+    restored afterwards (:func:`dynascope.probes.base.isolated`).
+
     Args:
         model: a classifier returning logits ``[batch, d_out]``.
         x: inputs ``[batch, ...]``; y: labels ``[batch]``.
@@ -142,7 +147,8 @@ def evaluate(
     Returns:
         ``{"loss", "accuracy", "loss_tempered", "beta"}``, float64 scalars on CPU.
     """
-    with torch.no_grad():
+    with isolated(model):
+        model.eval()
         logits = _logits(model, x, batch_size).to(torch.float64)
         tune_logits, tune_y = (
             (logits, y)
@@ -174,7 +180,8 @@ def interpolate(
     """Evaluate ``theta(alpha) = alpha * theta_a + (1 - alpha) * theta_b`` for each alpha.
 
     Align the nets first (``apply_permutation(model_b, activation_matching(...))``) to measure
-    the barrier after matching. Neither model is modified.
+    the barrier after matching. Neither model is modified (nor its mode); every point is
+    evaluated in eval mode (:func:`evaluate`).
 
     Args:
         model_a, model_b: chains of the same architecture (:func:`permutable_layers`).

@@ -246,7 +246,7 @@ def plot_coord_check(
             )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set(xlabel="width", ylabel=stat if ax is axes[0] else None, title=f"t = {t}")
+        ax.set(xlabel="width", ylabel=stat, title=f"t = {t}")
     handles, labels = axes[-1].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=7, loc="outside right upper")
     return fig

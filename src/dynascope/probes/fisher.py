@@ -45,6 +45,9 @@ through ``Phi W = C (J (D^{-1/2} W))`` (forward-mode JVPs, vmapped over the l co
 Jacobian is never formed. Cost: ``2 + 2q`` sweeps over the N examples with l columns each.
 
 Every function is pure (no ``.item()``, logging or device moves); work in float64 for tests.
+Attention models: dynascope's own attention takes its explicit softmax under the JVPs by itself;
+a ``score_fn`` over a Hugging Face model (SDPA has no forward-AD rule on CPU) is run inside
+``with dynascope.adapters.explicit_attention(model):`` (eager attention, restored on exit).
 
 References:
     Zhang, Zhai, Littwin & Susskind (2022), "Learning Representation from Neural Fisher Kernel

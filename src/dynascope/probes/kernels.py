@@ -29,6 +29,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, jvp
 
+from dynascope.adapters import explicit_attention
 from dynascope.probes._kernels_analytic import kernel_gd, relu_kernels
 from dynascope.probes._kernels_entk import ModelFn, entk_jacobian, entk_jvp_vjp, quiet_functorch
 from dynascope.probes.base import Probe, ProbeContext, register_probe
@@ -62,7 +63,10 @@ def model_function(
             for attention only); ``None`` takes every parameter. The others stay fixed at their
             current (detached) values.
     Returns:
-        ``model_fn(params, x) -> [n, d_out]`` and ``params`` (detached tensors, by name).
+        ``model_fn(params, x) -> [n, d_out]`` and ``params`` (detached tensors, by name). Each
+        call runs inside :func:`dynascope.adapters.explicit_attention`, so forward-mode AD
+        (``strategy="jvp_vjp"``, :func:`linearize`) works on Hugging Face models whatever
+        their attention backend (switched to eager for the call, restored after it).
     Raises:
         ValueError: if ``include`` selects no parameter.
     """
@@ -77,7 +81,8 @@ def model_function(
     buffers = dict(model.named_buffers())
 
     def model_fn(params: dict[str, Tensor], x: Tensor) -> Tensor:
-        out = functional_call(model, {**frozen, **buffers, **params}, (x,))
+        with explicit_attention(model):  # forward-mode AD needs the explicit softmax
+            out = functional_call(model, {**frozen, **buffers, **params}, (x,))
         return out.reshape(out.shape[0], -1)
 
     return model_fn, chosen
@@ -391,8 +396,9 @@ class NTKDrift(Probe):
         input_key: the batch entry holding the inputs.
         chunk_size: passed to :func:`empirical_ntk`.
     Raises:
-        ValueError: ``n_examples < 1``; (call) a first call with neither ``x`` nor
-            ``ctx.batch[input_key]`` returns ``{}`` rather than raising.
+        ValueError: ``n_examples < 1``; (call) if no probe batch is held (no ``x``, no earlier
+            call) and ``ctx.batch`` has no ``input_key``, as :class:`AttentionEntropy` does (a
+            Hugging Face callback steps the monitor without a batch: pass ``x``).
     """
 
     def __init__(
@@ -430,7 +436,11 @@ class NTKDrift(Probe):
     def measure(self, model: nn.Module, ctx: ProbeContext) -> dict[str, Tensor | float]:
         if self.x is None:
             if ctx.batch is None or self.input_key not in ctx.batch:
-                return {}
+                got = "no batch" if ctx.batch is None else f"batch keys {sorted(ctx.batch)}"
+                raise ValueError(
+                    "ntk_drift needs inputs: pass x= when constructing it, or a batch with key "
+                    f"{self.input_key!r} to monitor.step(step, batch) (got {got})"
+                )
             self.x = ctx.batch[self.input_key][: self.n_examples].detach().clone()
         device = next(model.parameters()).device
         # eval mode (restored by Probe.__call__): the kernel of the deterministic f(x; θ), with

@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -76,7 +77,12 @@ def lambda_histogram(lam: Tensor, bins: int = 20) -> Tensor:
     if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
         raise ValueError(f"bins must be an int >= 1 (got bins={bins!r})")
     r = _modulus(lam).detach().double().cpu()
-    return torch.histc(r, bins=bins, min=0.0, max=1.0)
+    # numpy's edges (i / bins rounded as np.linspace does) and right-open bins, the last one
+    # closed: torch.histc's (r - min) * bins / (max - min) put 0.3 in bin 3 of 10, not bin 2.
+    edges = torch.from_numpy(np.linspace(0.0, 1.0, bins + 1))
+    r = r[(r >= 0.0) & (r <= 1.0)]
+    index = (torch.searchsorted(edges, r, right=True) - 1).clamp(max=bins - 1)
+    return torch.bincount(index, minlength=bins).double()
 
 
 def mid_lambda_mask(lam: Tensor, delta: float = 0.05) -> Tensor:

@@ -415,7 +415,7 @@ def _figures(runs: dict[str, Run], rows: list[dict], figures: Path) -> list[Path
     ax2.set_xticks(x, labels, rotation=20, fontsize=7)
     ax2.axhline(0, color="grey", lw=0.8)
     ax2.set_ylim(-0.5, 1.05)
-    ax2.set(title="OOD R² and z decodability by run")
+    ax2.set(title="OOD R² and z decodability by run", ylabel="R²")
     ax2.legend(fontsize=7)
     return [save_figure(fig, figures / "ood_r2_and_probe.png")]
 

@@ -55,8 +55,7 @@ def figures(rows: list[dict], runs: dict[str, Run], out: Path) -> list[Path]:
             for k in range(gain.shape[1]):
                 ax.semilogx(steps + 1, gain[:, k], label=f"PC{k + 1}")
             ax.axhline(MODE_CUTOFF, color="k", ls=":", lw=1)
-            ax.set(title=_label(w), xlabel="step + 1")
-        np.atleast_1d(axes)[0].set_ylabel("gain")
+            ax.set(title=_label(w), xlabel="step + 1", ylabel="gain")
         np.atleast_1d(axes)[0].legend(fontsize=6)
         paths.append(save_figure(fig, out / "direction_gains.png"))
     return paths
