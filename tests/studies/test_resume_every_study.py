@@ -21,14 +21,10 @@ CHILD = Path(__file__).with_name("_kill_child.py")
 # interrupted run). Shrinks as studies are ported; test_not_yet_resumable_list_is_exact keeps
 # it honest.
 NOT_YET_ON_ENGINE = {
-    "autoencoder-greedy-rank",
-    "bottleneck-acceleration",
     "compositional-icl-bottleneck",
-    "fisher-kernel-low-rank",
     "hyla-fuzzy-logic",
     "hyper-ut-pvr",
     "modular-teacher-student",
-    "ntk-lazy-validity",
     "permuted-initialisations",
     "randomized-algorithms",
     "weight-decay-low-rank",
