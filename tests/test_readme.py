@@ -170,6 +170,9 @@ def test_task3_monitor_snippet_logs_on_the_schedule(tmp_path, monkeypatch):
     assert sorted(run.scalar("qk.mean.effective_rank").index) == sorted(
         ds.LogSchedule(200, 20).steps
     )
+    sharp, edge = run.scalar("sharpness.lambda_max"), run.scalar("sharpness.two_over_lr")
+    assert len(sharp) == len(ds.LogSchedule(200, 20).steps) and (sharp > 0).all()
+    assert edge.iloc[0] == pytest.approx(2 / 1e-3)
 
 
 def test_task4_hf_callback_snippet_runs(tmp_path, monkeypatch):
