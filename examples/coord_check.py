@@ -62,7 +62,7 @@ def main() -> None:
             f"from width {min(args.widths)} to {max(args.widths)} at t={args.steps} "
             f"(log-log slope {logits['slope']:.2f})"
         )
-        fig = plot_coord_check(records)
+        fig = plot_coord_check(records, title=f"{parametrization}: mean |activation| vs width")
         fig.savefig(out / f"coord_check_{parametrization}.png")
         plt.close(fig)
     print(f"figures written to {out}")
