@@ -29,7 +29,6 @@ NOT_YET_ON_ENGINE = {
     "gradual-rank",
     "hyla-fuzzy-logic",
     "hyper-ut-pvr",
-    "modular-teacher-student",
     "mup-coordinate-check",
     "ntk-lazy-validity",
     "ntk-universality",

@@ -34,7 +34,6 @@ LEGACY_STUDIES = {
     "gradual-rank",
     "hyla-fuzzy-logic",
     "hyper-ut-pvr",
-    "modular-teacher-student",
     "ntk-lazy-validity",
     "permuted-initialisations",
     "randomized-algorithms",
