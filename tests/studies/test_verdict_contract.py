@@ -36,7 +36,6 @@ LEGACY_STUDIES = {
     "hyper-ut-pvr",
     "ntk-lazy-validity",
     "permuted-initialisations",
-    "randomized-algorithms",
     "sigma-reparam-entropy",
     "slingshot",
     "weight-decay-low-rank",
