@@ -240,6 +240,7 @@ def test_study_run_prints_status_spread_control_and_why_inconclusive(stub_regist
     assert data["seed"] == 7 and data["status"] == "inconclusive"
     assert data["claims"][0]["control"]["status"] == "inconclusive"  # two seeds: not judged
 
+
 def test_smoke_verdicts_are_labelled_plumbing_checks(stub_registry, tmp_path):
     out = tmp_path / "s"
     result = invoke("study", "run", "stub-a", "--preset", "smoke", "--out", out)

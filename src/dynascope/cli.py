@@ -606,6 +606,51 @@ def study_table(
     console.print(f"wrote {output}", markup=False, highlight=False)
 
 
+@study_app.command("docs")
+def study_docs(
+    suite_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--dir",
+            help="where `study run --all` wrote the studies (their verdicts and figures go "
+            "on the pages; without it the pages say that no verdict is stored)",
+        ),
+    ] = None,
+    output: Annotated[Path, typer.Option(help="folder of the study pages")] = Path("docs/studies"),
+    preset: Annotated[str, typer.Option(help="smoke | fast | paper")] = "fast",
+) -> None:
+    """Write one docs page per study, OUTPUT/NAME.md, generated from the study.
+
+    Only the part between the generated:start and generated:end markers is rewritten.
+    """
+    from dynascope import studies
+    from dynascope.report.study_page import check_page, write_study_page
+
+    if preset not in ("smoke", "fast", "paper"):
+        _fail(f"--preset: must be one of smoke, fast, paper (got {preset!r})")
+    if suite_dir is not None and not suite_dir.is_dir():
+        _fail(f"--dir: {str(suite_dir)!r} is not a directory")
+    if output.exists() and not output.is_dir():
+        _fail(f"--output: {str(output)!r} is not a directory")
+    names = studies.names()
+    try:
+        for name in names:  # every page is checked before any is written
+            check_page(output / f"{name}.md")
+    except ValueError as err:
+        _fail(str(err))
+    measured = 0
+    for name in names:
+        write_study_page(studies.get(name), output, suite_dir=suite_dir, preset=preset)
+        if suite_dir is not None and (suite_dir / f"{name}-{preset}" / "verdict.json").is_file():
+            measured += 1
+    console.print(
+        f"wrote {len(names)} study pages to {output} ({measured} with {preset} verdicts)",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 @app.command()
 def compare(
     dir_a: Annotated[Path, typer.Argument(help="run or study directory")],

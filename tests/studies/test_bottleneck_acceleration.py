@@ -1,5 +1,6 @@
 """Study bottleneck-acceleration (S16): the nets against S16's formulas, the stability number
-against a dense eigenvalue, verdict logic on hand-built rows, presets, smoke end to end."""
+against a dense eigenvalue, the kernel-GD engine step against its closed form, verdicts on
+hand-built rows, presets, and the smoke preset end to end, killed and resumed."""
 
 from __future__ import annotations
 
@@ -9,29 +10,39 @@ import math
 import numpy as np
 import pytest
 import torch
-from pydantic import ValidationError
 
 from dynascope import studies
+from dynascope.probes.kernels import analytic_ntk_relu, kernel_gd_predictions
 from dynascope.store import load_run
 from dynascope.studies.bottleneck_acceleration import (
     STUDY,
-    BottleneckRunConfig,
+    BottleneckRun,
+    build_bottleneck,
     build_runs,
     make_data,
     make_net,
-    ntk_lambda_max,
-    run_bottleneck,
     verdicts_from_rows,
 )
+from dynascope.studies.bottleneck_acceleration import runs as runs_module
+from dynascope.studies.engine_runs import run_members
+from dynascope.train import Loop
 
 F64 = torch.float64
 
 
+def gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def cfg(**kw) -> BottleneckRun:
+    return BottleneckRun(loop=Loop(steps=20, log_every=1, dtype="float64"), **kw)
+
+
 def test_bottleneck_net_is_s16s_formula():
     """z = W2 φ(W1 x / √16) / √n, F = vᵀ φ(W3 z / √d) / √n (right-multiplying, x @ W)."""
-    cfg = BottleneckRunConfig(width=24, bottleneck=3, n_train=5, n_kernel=2)
-    net = make_net(cfg, F64)
-    x, _, _ = make_data(cfg, F64)
+    c = cfg(width=24, bottleneck=3, n_train=5, n_kernel=2)
+    net = make_net(c, gen(1), F64)
+    x, _ = make_data(c, gen(0), F64)
     W1, W2, W3, v = (layer.weight for layer in net.layers)
     assert [tuple(W.shape) for W in (W1, W2, W3, v)] == [(16, 24), (24, 3), (3, 24), (24, 1)]
     with torch.no_grad():
@@ -43,9 +54,9 @@ def test_bottleneck_net_is_s16s_formula():
 
 
 def test_all_wide_net_and_its_middle_layer():
-    cfg = BottleneckRunConfig(net="wide", width=10, n_train=4, n_kernel=2)
-    net = make_net(cfg, F64)
-    x, _, _ = make_data(cfg, F64)
+    c = cfg(net="wide", width=10, n_train=4, n_kernel=2)
+    net = make_net(c, gen(1), F64)
+    x, _ = make_data(c, gen(0), F64)
     W1, W2, W3, v = (layer.weight for layer in net.layers)
     with torch.no_grad():
         H = torch.relu(x @ W1 / 4) @ W2 / math.sqrt(10)
@@ -54,43 +65,42 @@ def test_all_wide_net_and_its_middle_layer():
         torch.testing.assert_close(net.preactivations(x)[1], H, rtol=1e-12, atol=1e-12)
 
 
-def test_data_is_a_single_index_target_shared_by_nets_and_widths():
-    a = make_data(BottleneckRunConfig(n_train=9, width=8, net="wide", n_kernel=2), F64)
-    b = make_data(BottleneckRunConfig(n_train=9, width=32, n_kernel=2), F64)
-    for p, q in zip(a, b):
-        torch.testing.assert_close(p, q, rtol=0, atol=0)
-    x, y, u = a
-    torch.testing.assert_close(u.norm(), torch.tensor(1.0, dtype=F64))
-    torch.testing.assert_close(y, torch.sin(3 * (x @ u)), rtol=0, atol=1e-15)  # one rounding
-
-
 def test_power_iteration_matches_the_dense_ntk_eigenvalue():
     """λ_max(J Jᵀ) from a per-example autograd Jacobian (float64); power iteration to 1e-8."""
-    cfg = BottleneckRunConfig(net="wide", width=6, n_train=7, n_kernel=2)
-    net = make_net(cfg, F64)
-    x, _, _ = make_data(cfg, F64)
+    c = cfg(net="wide", width=6, n_train=7, n_kernel=2)
+    net = make_net(c, gen(1), F64)
+    x, _ = make_data(c, gen(0), F64)
     rows = []
     for i in range(7):
         grads = torch.autograd.grad(net(x[i : i + 1]).sum(), list(net.parameters()))
         rows.append(torch.cat([g.reshape(-1) for g in grads]))
     J = torch.stack(rows)
     expected = torch.linalg.eigvalsh(J @ J.T)[-1]
-    torch.testing.assert_close(ntk_lambda_max(net, x, iters=100), expected, rtol=1e-8, atol=0)
+    got = runs_module._lambda_max(net, x, 100, gen(3))
+    torch.testing.assert_close(got, expected, rtol=1e-8, atol=0)
 
 
-def test_runner_logs_every_step_and_starts_from_the_nets_own_loss(tmp_path):
-    cfg = BottleneckRunConfig(
-        width=16, n_train=12, steps=20, n_kernel=6, log_points=5, power_iters=5, dtype="float64"
-    )
-    run_bottleneck(cfg, tmp_path / "run")
+def test_kernel_gd_engine_step_is_the_closed_form(tmp_path):
+    """The ``kernel`` arm's train.mse at step t is the MSE of kernel_gd_predictions' f_{t-1}
+    (the engine logs the loss before each update), to 1e-12 in float64."""
+    c = cfg(net="kernel", n_train=12, n_kernel=4)
+    run_members(build_bottleneck, c, tmp_path / "run")
     run = load_run(tmp_path / "run")
     assert run.status == "finished"
     mse = run.scalar("train.mse")
-    assert list(mse.index) == list(range(21))
-    x, y, _ = make_data(cfg, F64)
-    with torch.no_grad():
-        mse0 = (make_net(cfg, F64)(x)[:, 0] - y).square().mean()
-    assert mse.iloc[0] == pytest.approx(float(mse0), rel=1e-12)
+    from dynascope.train import SeedStreams
+
+    x, y = make_data(c, SeedStreams(0).generator("task"), F64)
+    f, _ = kernel_gd_predictions(None, analytic_ntk_relu(x, depth=3), y, 1.0, 20)
+    expected = (f[:, :, 0] - y).square().mean(-1)[:20]
+    np.testing.assert_allclose(mse.to_numpy(), expected.numpy(), rtol=1e-12, atol=0)
+
+
+def test_net_run_logs_every_step_and_its_instruments(tmp_path):
+    c = cfg(width=16, n_train=12, n_kernel=6, log_points=5, power_iters=5)
+    run_members(build_bottleneck, c, tmp_path / "run")
+    run = load_run(tmp_path / "run")
+    assert run.status == "finished" and list(run.scalar("train.mse").index) == list(range(1, 21))
     steps, layers = run.tensors("movement.layers")
     assert steps[0] == 0 and np.all(layers[0] == 0) and layers.shape[1] == 3
     assert run.last("movement") == pytest.approx(layers[-1, 1], rel=1e-6)
@@ -98,69 +108,88 @@ def test_runner_logs_every_step_and_starts_from_the_nets_own_loss(tmp_path):
     assert 0 < run.last("stability.eta_lambda_over_N") < 2
 
 
-def _row(net, n, reached, movement, steps=2000, status="finished", d=4):
-    budget = float(steps) if reached is None else float(reached)
-    if net == "bottleneck":
-        budget = float(reached) if status == "finished" and reached is not None else math.inf
-    return {
-        "run": f"{net}{n}",
-        "net": net,
-        "n": n,
-        "d": d if net == "bottleneck" else None,
-        "seed": 0,
-        "status": status,
-        "steps_to_target": reached,
-        "steps_for_ratio": budget,
-        "movement": movement,
-        "final mse": 0.5,
+def row(net, n, seed, steps=math.nan, budget=4001.0, movement=1.0, d=4):
+    reached = steps
+    return {"run": f"{net}_{n}_{seed}", "net": net, "n": n, "d": d, "seed": seed,
+            "status": "finished", "steps_to_target": reached,
+            "steps_or_budget": budget if math.isnan(reached) else reached,
+            "final mse": 1e-4, "movement": movement, "ntk change": 0.1,
+            "(lr/N) λ_max(Θ0)": 0.2}  # fmt: skip
+
+
+def rows(b_steps=(2000, 2400, 2800), lazy_steps=(math.nan,) * 3, wide_move=(0.4, 0.2, 0.1)):
+    out = []
+    for s in range(3):
+        out.append(row("kernel", 256, s, steps=6000.0, budget=8001.0))
+        for n, st, lz in zip((128, 256, 512), b_steps, lazy_steps):
+            out.append(row("bottleneck", n, s, steps=float(st), movement=0.7 + 0.01 * n / 128))
+            out.append(row("bottleneck_lazy", n, s, steps=lz))
+        for n, m in zip((64, 128, 256), wide_move):
+            out.append(row("wide", n, s, movement=m, budget=2001.0))
+    return out
+
+
+def test_verdicts_on_hand_built_rows_have_known_values():
+    v = {x.claim.split(":")[0]: x for x in verdicts_from_rows(rows())}
+    assert v["b1"].status == "held" and v["b1"].per_seed == pytest.approx((2800 / 6000,) * 3)
+    assert v["b1"].control.per_seed == pytest.approx({s: 4001 / 6000 for s in range(3)})
+    assert v["b2"].status == "held" and v["b2"].per_seed == pytest.approx((0.74 / 0.71,) * 3)
+    assert v["b2"].control.measured == pytest.approx(4.0)  # 0.4 / 0.1
+    assert v["b3"].status == "held" and v["b3"].per_seed == pytest.approx((-1.0,) * 3)
+
+
+def test_a_lazy_twin_as_fast_makes_b1_inconclusive_and_a_slow_bottleneck_fails_it():
+    fast_lazy = {x.claim.split(":")[0]: x for x in verdicts_from_rows(rows(lazy_steps=(1000,) * 3))}
+    assert fast_lazy["b1"].status == "inconclusive" and "control" in fast_lazy["b1"].reason
+    slow = {
+        x.claim.split(":")[0]: x for x in verdicts_from_rows(rows(b_steps=(2000, 2400, math.nan)))
     }
+    assert slow["b1"].status == "not held" and slow["b1"].measured == pytest.approx(4001 / 6000)
+    flat = {x.claim.split(":")[0]: x for x in verdicts_from_rows(rows(wide_move=(0.3,) * 3))}
+    assert flat["b3"].status == "not held" and flat["b3"].measured == pytest.approx(0.0, abs=1e-12)
 
 
-def test_verdicts_on_hand_built_rows():
-    rows = [
-        _row("wide", 128, None, 0.2),  # never: counts as 2000
-        _row("wide", 512, 1500, 0.1),
-        _row("bottleneck", 128, 900, 0.5),
-        _row("bottleneck", 512, 700, 0.6),
-        _row("bottleneck", 512, None, 9.9, d=1),  # not gated: d != 4
-    ]
-    b1, b2, b3 = verdicts_from_rows(rows)
-    assert b1.measured == pytest.approx(700 / 1500) and b1.passed
-    assert b2.measured == pytest.approx(1.2) and b2.passed
-    assert b3.measured == pytest.approx(-0.5) and b3.passed  # 0.2 -> 0.1 over a factor 4
-    rows[2] = _row("bottleneck", 128, None, 0.05)
-    rows[1] = _row("wide", 512, None, 0.2, status="diverged")
-    b1, b2, b3 = verdicts_from_rows(rows)
-    assert b1.measured == math.inf and not b1.passed
-    assert b2.measured == pytest.approx(12.0) and not b2.passed
-    assert b3.measured == pytest.approx(0.0) and not b3.passed
-    assert "diverged" in b1.detail
-
-
-def test_config_rejects_more_kernel_points_than_training_points():
-    with pytest.raises(ValidationError, match="n_kernel must be <= n_train"):
-        BottleneckRunConfig(n_train=10, n_kernel=11)
-    with pytest.raises(ValidationError, match="net"):
-        BottleneckRunConfig(net="deep")
-
-
-def test_presets_validate_and_match_the_registry():
+def test_presets_build_the_planned_runs():
     assert studies.get("bottleneck-acceleration") is STUDY
     fast = build_runs(STUDY.preset("fast"))
-    assert {(s.config.net, s.config.width) for s in fast} == {
-        (net, n) for net in ("wide", "bottleneck") for n in (128, 256, 512)
-    }
-    assert all(s.config.steps == 2000 and s.config.lr == 1.0 for s in fast)
-    assert len(build_runs(STUDY.preset("paper"))) == 3 * 4 * (1 + 4)
+    assert len(fast) == 3 * (1 + 3 + 2 * 3)
+    by = {s.name: s for s in fast}
+    assert by["kernel_seed0"].config.loop.steps == 8000 and by["kernel_seed0"].group is None
+    assert by["bottleneck_d4_n512_seed2"].group == "bottleneck_d4_n512"
+    assert by["wide_n256_seed1"].config.loop.steps == 2000
+    assert {s.config.seed for s in build_runs(STUDY.preset("smoke"), seed=1000)} == {
+        1000, 1001, 1002}  # fmt: skip
 
 
-def test_smoke_preset_end_to_end(tmp_path):
-    outcome = STUDY.run(preset="smoke", out=tmp_path)
-    data = json.loads((tmp_path / "verdict.json").read_text())
+class Killed(BaseException):
+    """Stands in for SIGKILL: no handler of the engine or the study catches it."""
+
+
+def test_smoke_killed_midway_resumes_and_ends_as_an_uninterrupted_run(tmp_path, monkeypatch):
+    whole = STUDY.run(preset="smoke", out=tmp_path / "whole")
+    data = json.loads((tmp_path / "whole" / "verdict.json").read_text())
     assert [c["claim"].split(":")[0] for c in data["claims"]] == ["b1", "b2", "b3"]
-    assert all(r["status"] == "finished" for r in data["runs"])
-    for claim in data["claims"]:  # b1 is null (inf) when no bottleneck run reaches 1e-3
-        assert claim["measured"] is None or isinstance(claim["measured"], float)
-        assert isinstance(claim["passed"], bool)
-    assert len(list((tmp_path / "figures").glob("*.png"))) == 2
-    assert outcome.passed == all(c["passed"] for c in data["claims"])
+    real, calls = runs_module.KernelGD.__call__, {"n": 0}
+
+    def dies_at_step_100(self, *args):
+        calls["n"] += 1
+        if calls["n"] == 100:  # the first kernel run, after its checkpoint at step 90
+            raise Killed
+        return real(self, *args)
+
+    monkeypatch.setattr(runs_module.KernelGD, "__call__", dies_at_step_100)
+    with pytest.raises(Killed):
+        STUDY.run(preset="smoke", out=tmp_path / "cut")
+    monkeypatch.setattr(runs_module.KernelGD, "__call__", real)
+    done: dict[str, str] = {}
+
+    def on_run(name, status, seconds, action):
+        done[name] = action
+
+    cut = STUDY.run(preset="smoke", out=tmp_path / "cut", on_run=on_run)
+    assert done["kernel_seed0"] == "resumed" and "restarted" not in done.values()
+    for name in done:
+        a = load_run(tmp_path / "whole" / "runs" / name).scalar("train.mse")
+        b = load_run(tmp_path / "cut" / "runs" / name).scalar("train.mse")
+        np.testing.assert_array_equal(b.to_numpy(), a.to_numpy())
+    assert [c.per_seed for c in cut.claims] == [c.per_seed for c in whole.claims]

@@ -1,144 +1,142 @@
-"""Study fisher-kernel-low-rank (S14): the runner's oracles, verdict logic on hand-built stores,
-presets, and the smoke preset end to end."""
+"""Study fisher-kernel-low-rank (S14): the engine run's oracles (a sketch covering the scored set
+reproduces the exact spectrum), verdicts on hand-built rows, presets, and the smoke preset end
+to end, killed and resumed."""
 
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
 from dynascope import studies
-from dynascope.store import RunStore, load_run
+from dynascope.store import load_run
+from dynascope.studies.engine_runs import run_members
 from dynascope.studies.fisher_kernel_low_rank import (
     STUDY,
-    FisherKernelRunConfig,
-    analyze,
+    FisherKernelRun,
+    build_fisher,
     build_runs,
-    run_fisher_kernel,
+    verdicts_from_rows,
 )
+from dynascope.studies.fisher_kernel_low_rank import runs as runs_module
+from dynascope.train import Loop
+
+
+def loop(steps: int) -> Loop:
+    return Loop(steps=steps, log_every=5)
+
+
+def covered(run, k: int) -> None:
+    """k + p >= N >= rank(Phi): randomized sigma^2 = exact top-k eigenvalues, cosines 1, the
+    scored points re-embedded by JVPs equal U_k Sigma_k, captured energy 1 (float64: 1e-8),
+    at step 0 (untrained) and at the end."""
+    evals = run.tensors("nfk.eigenvalues")[1]
+    sq = run.tensors("nfk.randomized_sq_sv")[1]
+    for i in (0, -1):
+        np.testing.assert_allclose(sq[i], evals[i, :k], rtol=1e-8)
+        np.testing.assert_allclose(run.tensors("nfk.cosines")[1][i], np.ones(k), atol=1e-8)
+        assert np.all(np.diff(evals[i]) <= 1e-12)  # descending
+    assert run.last("nystrom.max_error") < 1e-8
+    assert run.last("f2.captured_energy") == pytest.approx(1.0, abs=1e-8)
+    assert run.last("f1.energy_fraction") == pytest.approx(evals[-1, :k].sum() / evals[-1].sum())
 
 
 def test_a_sketch_covering_the_scored_set_reproduces_the_exact_spectrum(tmp_path):
-    """k + p ≥ N ≥ rank(Φ): randomized σ² = exact top-k eigenvalues, cosines 1, and the scored
-    points re-embedded by JVPs equal U_k Σ_k (S14 smoke oracles). float64: 1e-8 relative."""
-    cfg = FisherKernelRunConfig(
-        hidden=[8], steps=20, log_every=5, n_scored=12, k=4, oversampling=8, chunk_size=5
-    )
-    run_fisher_kernel(cfg, tmp_path / "run")
+    cfg = FisherKernelRun(loop=loop(20), hidden=[8], n_scored=12, k=4, oversampling=8,
+                          chunk_size=5)  # fmt: skip
+    run_members(build_fisher, cfg, tmp_path / "run")
     run = load_run(tmp_path / "run")
     assert run.status == "finished"
-    evals = run.tensors("nfk.eigenvalues")[1][-1]
-    sq = run.tensors("nfk.randomized_sq_sv")[1][-1]
-    np.testing.assert_allclose(sq, evals[:4], rtol=1e-8)
-    np.testing.assert_allclose(run.tensors("nfk.cosines")[1][-1], np.ones(4), rtol=0, atol=1e-8)
-    assert run.last("nystrom.max_error") < 1e-8
-    assert np.all(np.diff(evals) <= 1e-12)  # descending
-    assert run.last("f1.energy_fraction") == pytest.approx(evals[:4].sum() / evals.sum())
+    covered(run, 4)
     assert run.last("n_params") == 64 * 8 + 8 + 8 * 10 + 10
+    assert 0 <= run.last("control.random_energy") <= 1
 
 
 def test_the_cnn_runs_through_the_same_matrix_free_path(tmp_path):
-    """SimpleCNN (paper preset's second model): the covering-sketch oracle holds as for the MLP."""
-    cfg = FisherKernelRunConfig(
-        model="cnn", cnn_arch="3-avg-4", steps=5, n_scored=8, k=3, oversampling=5
-    )
-    run_fisher_kernel(cfg, tmp_path / "cnn")
+    cfg = FisherKernelRun(loop=loop(5), model="cnn", cnn_arch="3-avg-4", n_scored=8, k=3,
+                          oversampling=5)  # fmt: skip
+    run_members(build_fisher, cfg, tmp_path / "cnn")
     run = load_run(tmp_path / "cnn")
-    assert run.status == "finished"
-    np.testing.assert_allclose(run.tensors("nfk.cosines")[1][-1], np.ones(3), rtol=0, atol=1e-8)
+    covered(run, 3)
     assert run.last("n_params") == 9 * 3 + 9 * 3 * 4 + 4 * 10  # bias-free
-    assert run.last("nystrom.max_error") < 1e-8
 
 
 def test_conditional_score_with_sampled_labels_and_identity_fisher(tmp_path):
-    """score='conditional' (y ~ p(.|x)), no centring, D = I: the same exactness oracle."""
-    cfg = FisherKernelRunConfig(
-        hidden=[6],
-        steps=5,
-        n_scored=9,
-        k=2,
-        oversampling=7,
-        score="conditional",
-        center=False,
-        fisher="identity",
-    )
-    run_fisher_kernel(cfg, tmp_path / "cond")
-    run = load_run(tmp_path / "cond")
-    assert run.status == "finished"
-    evals = run.tensors("nfk.eigenvalues")[1][-1]
-    np.testing.assert_allclose(run.tensors("nfk.randomized_sq_sv")[1][-1], evals[:2], rtol=1e-8)
-    assert run.last("nystrom.max_error") < 1e-8
+    cfg = FisherKernelRun(loop=loop(5), hidden=[6], n_scored=9, k=2, oversampling=7,
+                          score="conditional", center=False, fisher="identity")  # fmt: skip
+    run_members(build_fisher, cfg, tmp_path / "cond")
+    covered(load_run(tmp_path / "cond"), 2)
 
 
-def _fake_run(path, k, energy, cosine, acc_nfk, acc_pen):
-    cfg = FisherKernelRunConfig(k=k)
-    with RunStore(path) as store:
-        store.write_config(cfg.model_dump(mode="json"))
-        store.log(1, {"train.loss": 1.0})
-        store.log(
-            2,
-            {
-                "f1.energy_fraction": energy,
-                "f2.mean_cosine": cosine,
-                "probe.nfk.accuracy": acc_nfk,
-                "probe.penultimate.accuracy": acc_pen,
-            },
-        )
-        store.set_status(2, "finished")
-    return load_run(path)
+def row(seed, f1=0.95, f2=0.999, nfk=0.97, pen=0.96, init_f1=0.5, acc=0.97):
+    return {"run": f"r{seed}", "model": "mlp", "k": 32, "seed": seed, "status": "finished",
+            "f1.energy_fraction": f1, "init.f1.energy_fraction": init_f1,
+            "f2.captured_energy": f2, "control.random_energy": 0.08,
+            "probe gap": nfk - pen, "shuffled gap": 0.1 - pen, "test.accuracy": acc,
+            "fisher.share_rare": 0.1}  # fmt: skip
 
 
-def test_verdicts_read_the_k32_runs_and_compare_with_the_frozen_thresholds(tmp_path):
-    runs = {
-        "nfk_mlp_k16": _fake_run(tmp_path / "a", 16, 0.5, 0.5, 0.1, 0.9),  # not gated: k != 32
-        "nfk_mlp_k32": _fake_run(tmp_path / "b", 32, 0.91, 0.989, 0.95, 0.97),
-    }
-    out = analyze(runs, tmp_path / "figures")
-    f1, f2, f3 = out.verdicts
-    assert (f1.measured, f1.threshold, f1.passed) == (0.91, 0.9, True)
-    assert (f2.measured, f2.threshold, f2.passed) == (0.989, 0.99, False)
-    assert f3.measured == pytest.approx(-0.02) and f3.threshold == -0.02
-    assert all(p.is_file() for p in out.figures)
-    runs["nfk_mlp_k32"] = _fake_run(tmp_path / "c", 32, 0.89, 0.995, 0.90, 0.97)
-    f1, f2, f3 = analyze(runs, tmp_path / "figures").verdicts
-    assert (f1.passed, f2.passed, f3.passed) == (False, True, False)
+def test_verdicts_on_hand_built_rows_have_known_values():
+    v = {x.claim.split(":")[0]: x for x in verdicts_from_rows([row(s) for s in range(3)])}
+    assert [x.status for x in v.values()] == ["held"] * 3
+    assert v["f1"].per_seed == (0.95,) * 3 and v["f1"].control.measured == 0.5
+    assert v["f2"].control.status == "not held"
+    assert v["f3"].per_seed == pytest.approx((0.01,) * 3)
+    low = {x.claim.split(":")[0]: x for x in verdicts_from_rows(
+        [row(0, f1=0.8), row(1, f1=0.85), row(2, f1=0.95)])}  # fmt: skip
+    assert low["f1"].status == "not held" and low["f1"].measured == pytest.approx(0.8667, 1e-3)
+    same = verdicts_from_rows([row(s, init_f1=0.95) for s in range(3)])[0]
+    assert same.status == "inconclusive"  # the untrained NFK is as low-rank: cannot tell
+    unfit = verdicts_from_rows([row(s, acc=0.5) for s in range(3)])
+    assert all(x.status == "inconclusive" for x in unfit)
+    assert math.isclose(unfit[0].precondition.measured, 0.5)
 
 
-def test_config_rejects_more_scored_points_than_training_images():
+def test_config_and_presets():
     with pytest.raises(ValidationError, match="n_scored must be <= n_train"):
-        FisherKernelRunConfig(n_train=100, n_scored=200)
-    with pytest.raises(ValidationError, match="k must be <= n_scored"):
-        FisherKernelRunConfig(n_scored=10, k=11)
-    with pytest.raises(ValidationError, match="score"):
-        FisherKernelRunConfig(score="elbo")
-
-
-def test_presets_validate_and_match_the_registry():
+        FisherKernelRun(loop=loop(1), n_train=100, n_scored=200)
     assert studies.get("fisher-kernel-low-rank") is STUDY
     fast = build_runs(STUDY.preset("fast"))
-    assert [s.name for s in fast] == ["nfk_mlp_k32"]
-    cfg = fast[0].config
-    assert (cfg.hidden, cfg.n_scored, cfg.k, cfg.oversampling, cfg.power_iters) == (
-        [64, 64],
-        500,
-        32,
-        10,
-        2,
-    )
-    paper = build_runs(STUDY.preset("paper"))
-    assert [(s.config.model, s.config.k) for s in paper] == [
-        (m, k) for m in ("mlp", "cnn") for k in (16, 32, 64, 128)
-    ]
+    assert [s.name for s in fast] == [f"nfk_mlp_k32_seed{s}" for s in range(3)]
+    assert {s.group for s in fast} == {"mlp_k32"} and fast[0].config.fisher_points == "train"
+    assert {s.config.seed for s in build_runs(STUDY.preset("fast"), seed=1000)} == {
+        1000, 1001, 1002}  # fmt: skip
+    assert len(build_runs(STUDY.preset("paper"))) == 2 * 4 * 3
 
 
-def test_smoke_preset_end_to_end(tmp_path):
-    outcome = STUDY.run(preset="smoke", out=tmp_path)
-    data = json.loads((tmp_path / "verdict.json").read_text(), parse_constant=pytest.fail)
+class Killed(BaseException):
+    """Stands in for SIGKILL: no handler of the engine or the study catches it."""
+
+
+def test_smoke_killed_midway_resumes_and_ends_as_an_uninterrupted_run(tmp_path, monkeypatch):
+    whole = STUDY.run(preset="smoke", out=tmp_path / "whole")
+    data = json.loads((tmp_path / "whole" / "verdict.json").read_text())
     assert [c["claim"].split(":")[0] for c in data["claims"]] == ["f1", "f2", "f3"]
-    assert all(r["status"] == "finished" for r in data["runs"])
-    for claim in data["claims"]:
-        assert isinstance(claim["measured"], float) and isinstance(claim["passed"], bool)
-    assert len(list((tmp_path / "figures").glob("*.png"))) == 2
-    assert outcome.passed == all(c["passed"] for c in data["claims"])
+    real, calls = runs_module.measure_nfk, {"n": 0}
+
+    def dies_at_the_end(*args):
+        calls["n"] += 1
+        if calls["n"] == 4:  # first member's final probe, after the checkpoint at step 48
+            raise Killed
+        return real(*args)
+
+    monkeypatch.setattr(runs_module, "measure_nfk", dies_at_the_end)
+    with pytest.raises(Killed):
+        STUDY.run(preset="smoke", out=tmp_path / "cut")
+    monkeypatch.setattr(runs_module, "measure_nfk", real)
+    done: dict[str, str] = {}
+
+    def on_run(name, status, seconds, action):
+        done[name] = action
+
+    cut = STUDY.run(preset="smoke", out=tmp_path / "cut", on_run=on_run)
+    assert "resumed" in done.values() and "restarted" not in done.values()
+    for name in done:
+        a, b = (load_run(tmp_path / d / "runs" / name) for d in ("whole", "cut"))
+        np.testing.assert_array_equal(
+            b.tensors("nfk.eigenvalues")[1], a.tensors("nfk.eigenvalues")[1]
+        )
+    assert [c.per_seed for c in cut.claims] == [c.per_seed for c in whole.claims]

@@ -12,18 +12,20 @@ import torch
 
 from dynascope import studies
 from dynascope.store import RunStore, load_run
+from dynascope.studies.engine_runs import run_members
 from dynascope.studies.gradual_rank import (
     STUDY,
-    DiagonalToyConfig,
+    ToyRun,
     active_counts,
     analyze,
     build_runs,
+    build_toy,
     find_drops,
     plateaus,
     rescaled_time,
-    run_diagonal_toy,
 )
 from dynascope.tasks import DiagonalAttentionTeacher
+from dynascope.train import Loop, SeedStreams
 
 CLAIMS = ["t1", "t2", "t3", "v1-rise", "v1-end"]
 
@@ -78,31 +80,35 @@ def test_active_counts_threshold_is_ten_alpha_from_the_initial_value():
 STAGES = (10.0, 20.0, 30.0)
 
 
-def _toy_store(path, *, ov_second_with_first: bool = False):
-    """A toy run whose traces are smooth steps in τ at ``STAGES`` (the same for both α): loss
+def _toy_store(path, *, ov_second_with_first: bool = False, seed: int = 0):
+    """A toy run whose traces are smooth steps in τ at ``STAGES`` for α = 1e-2 and 1e-3: loss
     falls 2 nats at each stage; entry k of qk and ov switches on at stage k (ov entry 1 with
-    entry 0 when ``ov_second_with_first``)."""
-    cfg = DiagonalToyConfig(
-        n_ctx=4, d_model=4, n_seq=4, alphas=[1e-2, 1e-3], steps=6000, log_every=10
-    )
+    entry 0 when ``ov_second_with_first``). α = 1e-1 learns smoothly: no stages."""
+    loop = Loop(steps=6000, log_every=10, dtype="float64")
+    cfg = ToyRun(seed=seed, loop=loop, n_ctx=4, d_model=4, n_seq=4, alphas=[1e-1, 1e-2, 1e-3])
     c = np.array([2.0, 1.0, 0.5, 0.0])
     with RunStore(path) as store:
         store.write_config(cfg.model_dump(mode="json"))
-        for step in range(0, cfg.steps + 1, cfg.log_every):
+        for step in range(0, loop.steps + 1, loop.log_every):
             tau = np.array([rescaled_time(np.array(step), cfg.lr, a) for a in cfg.alphas])
             on = np.stack([_sigmoid((tau - t) / 0.2) for t in STAGES], axis=1)  # [α, 3]
+            on[0] = 1 - np.exp(-tau[0] / 20)  # α = 1e-1: every entry together, slowly
             loss = np.exp(-2 * on.sum(axis=1))
-            qk = np.zeros((2, 4))
+            qk = np.zeros((3, 4))
             qk[:, :3] = c[:3] * on
             ov = qk.copy()
             if ov_second_with_first:
-                ov[:, 1] = c[1] * on[:, 0]
+                ov[1:, 1] = c[1] * on[1:, 0]
             store.log(
                 step,
                 {"loss": torch.tensor(loss), "qk": torch.tensor(qk), "ov": torch.tensor(ov)},
             )
-        store.set_status(cfg.steps, "finished")
+        store.set_status(loop.steps, "finished")
     return load_run(path)
+
+
+def _toys(path, **kwargs):
+    return {f"toy_s{k}": _toy_store(path / f"toy_s{k}", seed=k, **kwargs) for k in range(3)}
 
 
 def _vit_store(path, srank_by_layer: list[list[float]]):
@@ -127,15 +133,18 @@ def _vit_store(path, srank_by_layer: list[list[float]]):
 def test_analyze_on_hand_built_stores_gives_the_known_verdicts(tmp_path):
     rising = [1.0, 1.2, 1.5, 1.7, 2.0, 2.2, 2.5, 2.8, 3.0]  # ends at 3 <= d_head/4 = 4
     runs = {
-        "toy": _toy_store(tmp_path / "toy"),
+        **_toys(tmp_path),
         "vit_s0": _vit_store(tmp_path / "vit_s0", [rising, [r / 2 for r in rising]]),
     }
     analysis = analyze(runs, tmp_path / "figures")
     by_name = {v.claim.split(":")[0]: v for v in analysis.verdicts}
     assert list(by_name) == CLAIMS
-    assert by_name["t1"].measured == 4 and by_name["t1"].passed  # 3 drops, 4 plateaus
-    assert by_name["t2"].measured == 1 and by_name["t2"].passed  # 0 → 1 → 2 → 3
-    assert by_name["t3"].measured < 0.01 and by_name["t3"].passed  # same stages in τ
+    assert by_name["t1"].measured == 4 and by_name["t1"].status == "held"  # 4 plateaus
+    assert by_name["t1"].control.measured == 1  # α = 1e-1: no drop, one plateau
+    assert by_name["t2"].measured == 1 and by_name["t2"].status == "held"  # 0 → 1 → 2 → 3
+    assert by_name["t2"].control.measured == 3 and by_name["t2"].control.status == "not held"
+    assert by_name["t3"].measured < 0.01 and by_name["t3"].status == "held"  # same τ stages
+    assert by_name["t3"].control.measured == pytest.approx(1 / 3)  # 1 − log 1e2 / log 1e3
     assert by_name["v1-rise"].measured == pytest.approx(1.0) and by_name["v1-rise"].passed
     assert by_name["v1-end"].measured == pytest.approx(3.0 / 16) and by_name["v1-end"].passed
     assert all(p.is_file() for p in analysis.figures) and len(analysis.figures) == 4
@@ -144,11 +153,11 @@ def test_analyze_on_hand_built_stores_gives_the_known_verdicts(tmp_path):
 def test_analyze_reports_a_double_switch_on_and_a_falling_rank_as_failures(tmp_path):
     falling = [9.0, 8.5, 8.0, 7.5, 7.0, 6.5, 6.0, 5.5, 5.0]  # ρ = −1, ends at 5 > 4
     runs = {
-        "toy": _toy_store(tmp_path / "toy", ov_second_with_first=True),
+        **_toys(tmp_path, ov_second_with_first=True),
         "vit_s0": _vit_store(tmp_path / "vit_s0", [[1, 2, 3, 3, 3, 3, 3, 3, 3], falling]),
     }
     by_name = {v.claim.split(":")[0]: v for v in analyze(runs, tmp_path / "f").verdicts}
-    assert by_name["t2"].measured == 2 and not by_name["t2"].passed
+    assert by_name["t2"].measured == 2 and by_name["t2"].status == "not held"
     assert by_name["v1-rise"].measured == pytest.approx(-1.0) and not by_name["v1-rise"].passed
     assert by_name["v1-end"].measured == pytest.approx(5.0 / 16) and not by_name["v1-end"].passed
     assert by_name["t1"].passed and by_name["t3"].passed
@@ -156,15 +165,18 @@ def test_analyze_reports_a_double_switch_on_and_a_falling_rank_as_failures(tmp_p
 
 # -- the runner, presets, smoke end to end ----------------------------------------------------
 def test_toy_runner_logs_the_teachers_loss_and_gd_trajectory(tmp_path):
-    cfg = DiagonalToyConfig(n_ctx=3, d_model=4, n_seq=5, alphas=[0.5, 0.1], steps=7, log_every=3)
-    run_diagonal_toy(cfg, tmp_path / "toy")
+    """The engine's toy run equals plain GD with the teacher's gradient_step (float64)."""
+    loop = Loop(steps=7, log_every=3, dtype="float64")
+    cfg = ToyRun(seed=4, loop=loop, n_ctx=3, d_model=4, n_seq=5, alphas=[0.5, 0.1])
+    run_members(build_toy, cfg, tmp_path / "toy")
     run = load_run(tmp_path / "toy")
     assert run.status == "finished"
     steps, loss = run.tensors("loss")
     np.testing.assert_array_equal(steps, [0, 3, 6, 7])
-    task = DiagonalAttentionTeacher(n_ctx=3, d_model=4, n_seq=5, seed=0)
+    streams = SeedStreams(4)
+    task = DiagonalAttentionTeacher(n_ctx=3, d_model=4, n_seq=5, seed=streams("teacher"))
     alphas = torch.tensor(cfg.alphas, dtype=torch.float64)
-    w = task.init_weights(alphas, torch.Generator().manual_seed(1))
+    w = task.init_weights(alphas, streams.generator("theta0"))
     expected = {}
     for step in range(8):
         expected[step] = (task.loss(w), w[:, 0] * w[:, 1])
@@ -179,21 +191,23 @@ def test_presets_validate_and_fast_matches_s10():
     assert studies.get("gradual-rank") is STUDY
     for name in ("smoke", "fast", "paper"):
         specs = build_runs(STUDY.preset(name))
-        assert specs[0].name == "toy" and specs[1].name == "vit_s0"
+        assert [s.name for s in specs][:4] == ["toy_s0", "toy_s1", "toy_s2", "vit_s0"]
     toy = STUDY.preset("fast").toy
     assert (toy.n_ctx, toy.d_model, toy.n_seq, toy.lr) == (8, 8, 256, 0.05)
     assert toy.alphas == [1e-1, 1e-2, 1e-3] and toy.strengths == [2.0, 1.0, 0.5]
-    assert toy.steps <= 20_000
+    assert toy.loop.steps <= 20_000 and toy.loop.dtype == "float64"
     vit = STUDY.preset("fast").vit
     assert (vit.model.name, vit.model.n_layers, vit.model.d_model, vit.model.n_heads) == (
         "vit", 2, 32, 2,
     )  # fmt: skip
     assert (vit.optimizer.name, vit.optimizer.lr, vit.train.batch_size) == ("adam", 1e-3, 128)
     assert vit.monitor.probes == ["delta_spectrum"] and vit.monitor.schedule == "log"
-    assert [s.name for s in build_runs(STUDY.preset("paper"))] == ["toy", "vit_s0", "vit_s1",
-                                                                   "vit_s2"]  # fmt: skip
+    assert [s.name for s in build_runs(STUDY.preset("paper"), seed=3)][3:] == [
+        "vit_s0", "vit_s1", "vit_s2"
+    ]  # fmt: skip
+    assert [s.config.seed for s in build_runs(STUDY.preset("fast"), seed=3)][:3] == [3, 4, 5]
     with pytest.raises(ValueError, match=r"alphas must be non-empty, each in \(0, 1\)"):
-        DiagonalToyConfig(alphas=[1.0])
+        ToyRun(loop=Loop(steps=1), alphas=[1.0])
 
 
 def test_smoke_preset_end_to_end(tmp_path):
@@ -204,8 +218,44 @@ def test_smoke_preset_end_to_end(tmp_path):
     for claim in data["claims"]:  # computed; null = not measurable at smoke size (one α: t3)
         assert claim["measured"] is None or isinstance(claim["measured"], float)
         assert isinstance(claim["passed"], bool)
-    assert [r["status"] for r in data["runs"]] == ["finished", "finished"]
+    assert [r["status"] for r in data["runs"]] == ["finished"] * 4
     figures = sorted(p.name for p in (tmp_path / "figures").glob("*.png"))
     assert figures == ["toy_entries.png", "toy_loss.png", "vit_delta_spectra.png", "vit_srank.png"]
     assert (tmp_path / "report.html").read_text().count("data:image/png;base64") == 4
     assert outcome.passed == all(c["passed"] for c in data["claims"])
+
+
+class _Killed(BaseException):
+    """Stands for SIGKILL: not an Exception, so no runner records a failure."""
+
+
+def test_smoke_toy_killed_mid_way_resumes_to_identical_metrics(tmp_path, monkeypatch):
+    from dynascope.studies.gradual_rank import runs as runs_module
+
+    whole = tmp_path / "whole"
+    STUDY.run(preset="smoke", out=whole)
+    real, calls = runs_module._GDStep.__call__, {"n": 0}
+
+    def dying(self, model, batch, ctx):
+        calls["n"] += 1
+        if calls["n"] == 300:  # after the checkpoint at step 250 of toy_s0
+            raise _Killed
+        return real(self, model, batch, ctx)
+
+    monkeypatch.setattr(runs_module._GDStep, "__call__", dying)
+    with pytest.raises(_Killed):
+        STUDY.run(preset="smoke", out=tmp_path / "killed")
+    assert load_run(tmp_path / "killed" / "runs" / "toy_s0").status == "running"
+    monkeypatch.setattr(runs_module._GDStep, "__call__", real)
+    actions = {}
+    STUDY.run(
+        preset="smoke",
+        out=tmp_path / "killed",
+        on_run=lambda name, status, seconds, action: actions.__setitem__(name, action),
+    )
+    assert actions["toy_s0"] == "resumed" and "restarted" not in actions.values()
+    for name in ("toy_s0", "toy_s1"):
+        a, b = load_run(whole / "runs" / name), load_run(tmp_path / "killed" / "runs" / name)
+        for key in ("loss", "train.loss"):  # one α: the traces are scalars
+            assert a.scalar(key).equals(b.scalar(key)), (name, key)
+            assert len(a.scalar(key)) >= 50

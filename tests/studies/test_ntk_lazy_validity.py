@@ -1,10 +1,10 @@
-"""Study ntk-lazy-validity: the net against MLP, centering, the twin's closed-form oracle, the
-slope fit, presets, and the smoke preset end to end."""
+"""Study ntk-lazy-validity: the net against MLP, centering, the engine run against the twin's
+closed form, the slope and exponent fits on power laws, the verdicts on hand-built stores,
+presets, and the smoke preset end to end, killed and resumed."""
 
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 import pytest
@@ -13,17 +13,27 @@ from pydantic import ValidationError
 
 from dynascope import studies
 from dynascope.nn.mlp import MLP
-from dynascope.store import load_run
-from dynascope.studies._ntk_lazy_runner import build_h, two_layer
+from dynascope.store import RunStore, load_run
+from dynascope.studies.engine_runs import run_members
 from dynascope.studies.ntk_lazy_validity import (
     STUDY,
-    LazyRunConfig,
-    _slope,
+    LazyRun,
+    alpha_slope,
+    analyze,
+    build_h,
+    build_lazy,
     build_runs,
-    run_lazy,
+    growth_exponent,
+    two_layer,
 )
+from dynascope.studies.ntk_lazy_validity import runs as runs_module
+from dynascope.train import Loop
 
 F64 = torch.float64
+
+
+def loop(steps: int) -> Loop:
+    return Loop(steps=steps, log_every=10, dtype="float64", checkpoint_every=20)
 
 
 def test_two_layer_is_the_ntk_mlp_of_depth_one():
@@ -32,72 +42,145 @@ def test_two_layer_is_the_ntk_mlp_of_depth_one():
     x = torch.randn(7, 5, generator=g, dtype=F64)
     w = {"W": net.layers[0].weight.detach(), "v": net.layers[1].weight.detach()}
     torch.testing.assert_close(two_layer(w, x, "tanh"), net(x).detach(), rtol=0, atol=1e-14)
-    # a leading alpha axis computes each copy independently
-    wb = {k: torch.stack([v, 2 * v]) for k, v in w.items()}
-    out = two_layer(wb, x, "tanh")
-    torch.testing.assert_close(out[0], net(x).detach(), rtol=0, atol=1e-14)
+    wb = {k: torch.stack([v, 2 * v]) for k, v in w.items()}  # a leading alpha axis
+    torch.testing.assert_close(two_layer(wb, x, "tanh")[0], net(x).detach(), rtol=0, atol=1e-14)
 
 
 @pytest.mark.parametrize("centering", ["antisymmetric", "offset"])
 def test_h_vanishes_at_init_and_moves_after(centering):
-    cfg = LazyRunConfig(width=9, n_train=4, alphas=[1.0], centering=centering)
-    h_fn, w0 = build_h(cfg, torch.Generator().manual_seed(1), F64, torch.device("cpu"))
+    cfg = LazyRun(loop=loop(10), width=9, n_train=4, alphas=[1.0], centering=centering)
+    h_fn, w0 = build_h(cfg, torch.Generator().manual_seed(1), F64)
     x = torch.randn(4, 5, generator=torch.Generator().manual_seed(2), dtype=F64)
     torch.testing.assert_close(h_fn(w0, x), torch.zeros(4, 1, dtype=F64), rtol=0, atol=0)
-    first = next(iter(w0))  # "a.W" (antisymmetric) or "W": moving one copy breaks the symmetry
-    moved = {**w0, first: w0[first] + 0.1}
-    assert h_fn(moved, x).abs().max() > 1e-3
+    first = next(iter(w0))  # "a_W" (antisymmetric) or "W": moving one copy breaks the symmetry
+    assert h_fn({**w0, first: w0[first] + 0.1}, x).abs().max() > 1e-3
 
 
-def test_runner_twin_matches_the_closed_form_and_logs_sups(tmp_path):
-    cfg = LazyRunConfig(width=12, n_train=6, alphas=[2.0, 16.0], steps=60, kernel_points=2,
-                        log_every=1)  # fmt: skip
-    run_lazy(cfg, tmp_path / "run")
+def test_engine_run_twin_matches_the_closed_form_and_logs_sups(tmp_path):
+    """Oracle: GD on the twin is alpha hbar_t = f* - (I - eta K)^t f* (to 1e-10 in float64);
+    D is a running sup from 0; the weights move O(1/alpha)."""
+    cfg = LazyRun(loop=loop(60), width=12, n_train=6, alphas=[2.0, 16.0], kernel_points=2,
+                  probe_every=1)  # fmt: skip
+    run_members(build_lazy, cfg, tmp_path / "run")
     run = load_run(tmp_path / "run")
     assert run.status == "finished"
-    steps, D = run.tensors("D")  # [n, 2]
-    assert len(steps) == 61 and D.shape == (61, 2)
+    steps, D = run.tensors("D")
+    assert list(steps) == list(range(61)) and D.shape == (61, 2)
     np.testing.assert_array_equal(D[0], [0.0, 0.0])  # h(w0) = hbar(w0) = 0
-    assert np.all(np.diff(D, axis=0) >= 0)  # a running sup
+    assert np.all(np.diff(D, axis=0) >= 0) and D[-1].min() > 0
     assert run.tensors("oracle_error")[1][-1].max() <= 1e-10
-    np.testing.assert_array_equal(run.tensors("param_dist")[1][0], [0.0, 0.0])
-    # GD on the alpha-scaled objective moves the weights by O(1/alpha)
     dist = run.tensors("param_dist")[1][-1]
     assert 0.5 < dist[0] * 2.0 / (dist[1] * 16.0) < 2.0
+    assert 0 < run.last("lr_lambda_max") < 2
 
 
-def test_slope_recovers_a_power_law_and_needs_ten_points():
-    t = np.arange(1, 5001) * 0.01
-    assert _slope(t, 3.0 * t**1.7, 1.0, 50.0) == pytest.approx(1.7, abs=1e-9)
-    assert math.isnan(_slope(t[:150], t[:150], 1.0, 50.0))  # t in [1, 1.5]: too few distinct
+def test_slope_and_exponent_recover_power_laws():
+    """D = 3 t^1.5 / alpha^2: alpha-slope -2 and alpha*(T) ~ T^(1.5 / 2) exactly."""
+    alphas = np.array([8.0, 16.0, 32.0, 64.0])
+    t = np.arange(0, 5001) * 0.01
+    D = 3.0 * t[:, None] ** 1.5 / alphas[None] ** 2
+    assert alpha_slope(alphas, D[-1]) == pytest.approx(-2.0, abs=1e-12)
+    assert growth_exponent(alphas, t, D, 1.0, 50.0) == pytest.approx(0.75, abs=1e-12)
+    assert np.isnan(growth_exponent(alphas, t, D * alphas**3, 1.0, 50.0))  # D grows with alpha
+    assert np.isnan(alpha_slope(alphas[:2], D[-1, :2]))  # two points: no slope
 
 
-def test_presets_validate_and_match_the_registry():
+def write_run(path, *, seed, centering, D_fn, steps=5000, lr=0.01):
+    alphas = [4.0, 8.0, 16.0, 32.0, 64.0, 128.0]
+    cfg = LazyRun(loop=loop(steps), seed=seed, alphas=alphas, centering=centering, lr=lr)
+    a = torch.tensor(alphas, dtype=F64)
+    with RunStore(path) as store:
+        store.write_config(cfg.model_dump(mode="json"))
+        store.set_status(0, "running")
+        store.log(0, {"lr_lambda_max": 0.5})
+        for step in [*range(10), *range(10, steps + 1, 10)]:
+            t = step * lr
+            store.log(step, {"D": D_fn(t, a), "move": torch.ones(6, dtype=F64) * min(t, 1.0),
+                             "oracle_error": torch.zeros(6, dtype=F64),
+                             "param_dist": 1.0 / a, "ntk.relative_change": 0.1 / a})  # fmt: skip
+        store.set_status(steps, "finished")
+    return load_run(path)
+
+
+def test_the_verdicts_on_power_law_stores(tmp_path):
+    """Antisymmetric: D = t^3 / a^2 early, t^1.5 / a^2 late; offset: t^2 / a early, t^1.2 / a
+    late (continuous at t = 1). Known: n1 slopes -2 and -1, n2 exponents 0.75 and 1.2 (> 1.1:
+    not held), early controls 1.5 and 2; the movement control is flat in alpha."""
+
+    def anti(t, a):
+        return (t**3 if t < 1 else t**1.5) / a**2
+
+    def offset(t, a):
+        return (t**2 if t < 1 else t**1.2) / a
+
+    runs = {}
+    for seed in range(3):
+        runs[f"s{seed}_antisymmetric"] = write_run(tmp_path / f"a{seed}", seed=seed,
+                                                   centering="antisymmetric", D_fn=anti)  # fmt: skip
+        runs[f"s{seed}_offset"] = write_run(tmp_path / f"o{seed}", seed=seed, centering="offset",
+                                            D_fn=offset)  # fmt: skip
+    analysis = analyze(runs, tmp_path / "fig")
+    v = {x.claim.split(":")[0]: x for x in analysis.verdicts}
+    assert list(v) == ["n1", "n2", "n1-offset", "n2-offset"]
+    assert v["n1"].status == "held" and v["n1"].per_seed == pytest.approx((-2.0,) * 3)
+    assert v["n1"].control.status == "not held" and v["n1"].control.measured == pytest.approx(0)
+    assert v["n2"].status == "held" and v["n2"].per_seed == pytest.approx((0.75,) * 3)
+    assert v["n2"].control.measured == pytest.approx(1.5)
+    assert v["n1-offset"].per_seed == pytest.approx((-1.0,) * 3)
+    assert v["n2-offset"].status == "not held" and v["n2-offset"].measured == pytest.approx(1.2)
+    assert v["n2-offset"].control.measured == pytest.approx(2.0)
+    assert len(analysis.figures) == 1
+
+
+def test_presets_validate_and_build_the_planned_runs():
     assert studies.get("ntk-lazy-validity") is STUDY
-    names = [s.name for s in build_runs(STUDY.preset("fast"))]
-    assert names == ["s0_antisymmetric", "s0_offset", "eta_half"]
     fast = {s.name: s.config for s in build_runs(STUDY.preset("fast"))}
-    assert fast["s0_antisymmetric"].steps == 5000 and fast["eta_half"].steps == 10_000
-    assert fast["eta_half"].lr == pytest.approx(5e-3) and fast["eta_half"].alphas == [32.0]
-    assert (
-        fast["s0_offset"].model_copy(update={"centering": "antisymmetric"})
-        == fast["s0_antisymmetric"]
-    )
-    assert len(build_runs(STUDY.preset("paper"))) == 11
+    assert list(fast) == [f"s{k}_{c}" for k in range(3) for c in ("antisymmetric", "offset")]
+    assert {c.loop.steps for c in fast.values()} == {5000}
+    assert {c.seed for c in build_runs(STUDY.preset("fast"), seed=1000)
+            for c in [c.config]} == {1000, 1001, 1002}  # fmt: skip
+    paper = {s.name: s.config for s in build_runs(STUDY.preset("paper"))}
+    assert len(paper) == 11 and paper["eta_half"].loop.steps == 100_000
+    assert paper["eta_half"].lr == pytest.approx(5e-3)
     with pytest.raises(ValidationError, match="alphas must all be > 0"):
-        LazyRunConfig(alphas=[1.0, -2.0])
+        LazyRun(loop=loop(1), alphas=[1.0, -2.0])
 
 
-def test_smoke_preset_end_to_end(tmp_path):
-    outcome = STUDY.run(preset="smoke", out=tmp_path)
-    data = json.loads((tmp_path / "verdict.json").read_text(), parse_constant=pytest.fail)
+class Killed(BaseException):
+    """Stands in for SIGKILL: no handler of the engine or the study catches it."""
+
+
+def test_smoke_killed_midway_resumes_and_ends_as_an_uninterrupted_run(tmp_path, monkeypatch):
+    whole = STUDY.run(preset="smoke", out=tmp_path / "whole")
+    data = json.loads((tmp_path / "whole" / "verdict.json").read_text())
     assert [c["claim"].split(":")[0] for c in data["claims"]] == [
-        "n1", "n2", "n1-offset", "n2-offset", "n0 (oracle)"
-    ]  # fmt: skip
+        "n1", "n2", "n1-offset", "n2-offset"]  # fmt: skip
     assert all(r["status"] == "finished" for r in data["runs"])
-    oracle = data["claims"][-1]
-    assert oracle["passed"] and oracle["measured"] <= 1e-10
-    for claim in data["claims"]:
-        assert claim["measured"] is None or isinstance(claim["measured"], float)
-    assert len(list((tmp_path / "figures").glob("*.png"))) == 1
-    assert outcome.passed == all(c["passed"] for c in data["claims"])
+
+    real, calls = runs_module._take_sups, {"n": 0}
+
+    def dies_at_step_50(*args):
+        calls["n"] += 1
+        if calls["n"] == 50:  # first run, after its checkpoint at step 40
+            raise Killed
+        return real(*args)
+
+    monkeypatch.setattr(runs_module, "_take_sups", dies_at_step_50)
+    with pytest.raises(Killed):
+        STUDY.run(preset="smoke", out=tmp_path / "cut")
+    monkeypatch.setattr(runs_module, "_take_sups", real)
+    done: dict[str, str] = {}
+
+    def on_run(name, status, seconds, action):
+        done[name] = action
+
+    cut = STUDY.run(preset="smoke", out=tmp_path / "cut", on_run=on_run)
+    assert done["s0_antisymmetric"] == "resumed" and "restarted" not in done.values()
+    for name in done:
+        a, b = (
+            load_run(tmp_path / "whole" / "runs" / name),
+            load_run(tmp_path / "cut" / "runs" / name),
+        )
+        for key in ("D", "move", "oracle_error"):
+            np.testing.assert_array_equal(b.tensors(key)[1], a.tensors(key)[1])
+    assert [c.per_seed for c in cut.claims] == [c.per_seed for c in whole.claims]

@@ -21,20 +21,11 @@ CHILD = Path(__file__).with_name("_kill_child.py")
 # interrupted run). Shrinks as studies are ported; test_not_yet_resumable_list_is_exact keeps
 # it honest.
 NOT_YET_ON_ENGINE = {
-    "autoencoder-greedy-rank",
-    "bottleneck-acceleration",
     "compositional-icl-bottleneck",
-    "fisher-kernel-low-rank",
-    "gated-rnn-attention",
-    "gradual-rank",
     "hyla-fuzzy-logic",
     "hyper-ut-pvr",
-    "mup-coordinate-check",
-    "ntk-lazy-validity",
-    "ntk-universality",
     "permuted-initialisations",
     "randomized-algorithms",
-    "sigma-reparam-entropy",
     "weight-decay-low-rank",
 }
 

@@ -9,13 +9,15 @@ import pytest
 
 from dynascope import studies
 from dynascope.store import RunStore, load_run
+from dynascope.studies.engine_runs import run_members
 from dynascope.studies.sigma_reparam_entropy import (
     STUDY,
-    UnitCheckConfig,
     analyze,
     build_runs,
-    run_unit_checks,
+    build_units,
 )
+
+CLAIMS = ["e1-collapse", "e1-instability", "e2", "u1", "u2"]
 
 STEPS = 100
 
@@ -53,7 +55,7 @@ def _fake_run(root, method, lr, entropy, loss, accuracy, status="finished", seed
 
 
 def _units(root):
-    run_unit_checks(UnitCheckConfig(), root / "runs" / "u_unit_checks")
+    run_members(build_units, STUDY.preset("smoke").units, root / "runs" / "u_unit_checks")
 
 
 def _runs(root):
@@ -71,21 +73,30 @@ def _verdicts(tmp_path):
     return {v.claim.split(":")[0]: v for v in analysis.verdicts}, analysis
 
 
+def _three(root, method, lr, entropy, loss, accuracy, status="finished"):
+    for seed in range(3):
+        _fake_run(root, method, lr, entropy, loss, accuracy, status, seed=seed)
+
+
 def test_collapse_at_the_high_lr_and_sigma_reparam_holding_pass(tmp_path):
     _units(tmp_path)
-    _fake_run(tmp_path, "baseline", 1e-3, HIGH, STABLE, 0.95)
-    _fake_run(tmp_path, "sigma", 1e-3, HIGH, STABLE, 0.94)
-    _fake_run(tmp_path, "baseline", 3e-2, COLLAPSING, OSCILLATING, 0.3)
-    _fake_run(tmp_path, "sigma", 3e-2, HIGH, STABLE, 0.93)
+    _three(tmp_path, "baseline", 1e-3, HIGH, STABLE, 0.95)
+    _three(tmp_path, "sigma", 1e-3, HIGH, STABLE, 0.94)
+    _three(tmp_path, "baseline", 3e-2, COLLAPSING, OSCILLATING, 0.3)
+    _three(tmp_path, "sigma", 3e-2, HIGH, STABLE, 0.93)
     verdicts, analysis = _verdicts(tmp_path)
-    assert list(verdicts) == ["e1", "e2", "u1", "u2"]
-    assert verdicts["e1"].passed and verdicts["e1"].measured == pytest.approx(0.05)
-    assert "LR* = 0.03" in verdicts["e1"].detail
-    assert verdicts["e2"].passed and verdicts["e2"].measured == pytest.approx(0.8)
+    assert list(verdicts) == CLAIMS
+    e1 = verdicts["e1-collapse"]
+    assert e1.status == "held" and e1.measured == pytest.approx(0.05)
+    assert "LR* = 0.03" in e1.detail and e1.control.status == "not held"
+    unstable = verdicts["e1-instability"]
+    assert unstable.status == "held" and unstable.measured == pytest.approx(2.2 / 0.4)
+    assert verdicts["e2"].status == "held" and verdicts["e2"].measured == pytest.approx(0.8)
+    assert verdicts["e2"].control.status == "not held"  # the baseline's entropy fell
     assert verdicts["u1"].passed and verdicts["u2"].passed
     assert len(analysis.figures) == 3 and all(p.is_file() for p in analysis.figures)
     (rows,) = analysis.tables.values()
-    assert [(r["method"], r["lr"], r["collapsed"]) for r in rows] == [
+    assert [(r["method"], r["lr"], r["collapsed"]) for r in rows][::3] == [
         ("baseline", 1e-3, False),
         ("sigma", 1e-3, False),
         ("baseline", 3e-2, True),
@@ -94,50 +105,79 @@ def test_collapse_at_the_high_lr_and_sigma_reparam_holding_pass(tmp_path):
 
 
 def test_lr_star_is_the_smallest_collapsing_lr_and_a_diverged_run_is_data(tmp_path):
-    _fake_run(tmp_path, "baseline", 1e-2, COLLAPSING[:5], OSCILLATING[:5], 0.4, "diverged")
-    _fake_run(tmp_path, "sigma", 1e-2, HIGH, STABLE, 0.91)
-    _fake_run(tmp_path, "baseline", 3e-2, COLLAPSING, OSCILLATING, 0.1)
-    _fake_run(tmp_path, "sigma", 3e-2, HIGH[:4], STABLE[:4], 0.5, "diverged")
+    _three(tmp_path, "baseline", 1e-3, HIGH, STABLE, 0.95)
+    _three(tmp_path, "sigma", 1e-3, HIGH, STABLE, 0.95)
+    _three(tmp_path, "baseline", 1e-2, COLLAPSING[:5], OSCILLATING[:5], 0.4, "diverged")
+    _three(tmp_path, "sigma", 1e-2, HIGH, STABLE, 0.91)
+    _three(tmp_path, "baseline", 3e-2, COLLAPSING, OSCILLATING, 0.1)
+    _three(tmp_path, "sigma", 3e-2, HIGH[:4], STABLE[:4], 0.5, "diverged")
     verdicts, analysis = _verdicts(tmp_path)
-    assert verdicts["e1"].passed and "LR* = 0.01" in verdicts["e1"].detail
-    assert verdicts["e1"].measured == pytest.approx(0.05)  # last finite entropy before it diverged
-    assert verdicts["e2"].passed  # judged at LR* = 0.01, not at 0.03 where σReparam diverged
-    (rows,) = analysis.tables.values()
-    assert rows[0]["status"] == "diverged" and rows[0]["diverged_at"] == 50
-    assert math.isinf(rows[0]["loss_tail/min"])
+    assert verdicts["e1-collapse"].status == "held"
+    assert "LR* = 0.01" in verdicts["e1-collapse"].detail
+    assert verdicts["e1-instability"].status == "held"
+    assert verdicts["e1-instability"].per_seed[0] == 1e6  # diverged
+    assert verdicts["e2"].status == "held"  # at LR* = 0.01, not at 0.03 where σReparam diverged
+    rows = [r for r in analysis.tables[next(iter(analysis.tables))] if r["status"] == "diverged"]
+    assert rows[0]["diverged_at"] == 50 and math.isinf(rows[0]["loss_tail/min"])
 
 
-def test_low_entropy_with_a_stable_loss_is_not_a_collapse(tmp_path):
-    _fake_run(tmp_path, "baseline", 3e-2, COLLAPSING, STABLE, 0.97)
-    _fake_run(tmp_path, "sigma", 3e-2, HIGH, STABLE, 0.97)
+def test_collapse_and_instability_are_judged_apart(tmp_path):
+    _three(tmp_path, "baseline", 1e-3, HIGH, STABLE, 0.95)
+    _three(tmp_path, "baseline", 3e-2, COLLAPSING, STABLE, 0.97)
+    _three(tmp_path, "sigma", 3e-2, HIGH, STABLE, 0.97)
     verdicts, _ = _verdicts(tmp_path)
-    e1 = verdicts["e1"]
-    assert not e1.passed and "no collapse at this scale" in e1.detail
-    assert e1.measured == pytest.approx(0.05)  # the lowest final entropy, reported anyway
-    assert verdicts["e2"].passed and "no LR*: the largest swept LR" in verdicts["e2"].detail
+    assert verdicts["e1-collapse"].status == "held"  # the entropy collapsed
+    unstable = verdicts["e1-instability"]
+    assert unstable.status == "not held" and unstable.measured == pytest.approx(1.0)
+    assert verdicts["e2"].status == "held"
+
+
+def test_no_collapse_leaves_instability_and_e2_inconclusive(tmp_path):
+    _three(tmp_path, "baseline", 1e-3, HIGH, STABLE, 0.95)
+    _three(tmp_path, "baseline", 3e-2, HIGH, OSCILLATING, 0.5)
+    _three(tmp_path, "sigma", 3e-2, HIGH, STABLE, 0.97)
+    verdicts, _ = _verdicts(tmp_path)
+    e1 = verdicts["e1-collapse"]
+    assert e1.status == "not held" and e1.measured == pytest.approx(0.8)
+    assert "no swept LR collapses" in e1.detail
+    assert verdicts["e1-instability"].status == "inconclusive"
+    assert verdicts["e2"].status == "inconclusive"
+
+
+def test_a_control_that_collapses_too_makes_the_collapse_inconclusive(tmp_path):
+    for lr in (1e-3, 3e-2):
+        _three(tmp_path, "baseline", lr, COLLAPSING, OSCILLATING, 0.3)
+        _three(tmp_path, "sigma", lr, HIGH, STABLE, 0.95)
+    verdicts, _ = _verdicts(tmp_path)
+    e1 = verdicts["e1-collapse"]
+    assert e1.status == "inconclusive" and e1.control.status == "held"
 
 
 def test_sigma_reparam_failing_at_lr_star_fails_e2(tmp_path):
-    _fake_run(tmp_path, "baseline", 3e-2, COLLAPSING, OSCILLATING, 0.2)
-    _fake_run(tmp_path, "sigma", 3e-2, [0.99, 0.7, 0.45, 0.6], STABLE[:4], 0.95)
+    _three(tmp_path, "baseline", 1e-3, HIGH, STABLE, 0.95)
+    _three(tmp_path, "baseline", 3e-2, COLLAPSING, OSCILLATING, 0.2)
+    _three(tmp_path, "sigma", 3e-2, [0.99, 0.7, 0.45, 0.6], STABLE[:4], 0.95)
     verdicts, _ = _verdicts(tmp_path)
-    assert verdicts["e1"].passed
-    assert not verdicts["e2"].passed and verdicts["e2"].measured == pytest.approx(0.45)
+    assert verdicts["e1-collapse"].status == "held"
+    assert verdicts["e2"].status == "not held"
+    assert verdicts["e2"].measured == pytest.approx(0.45)
     other = tmp_path / "other"
-    _fake_run(other, "baseline", 3e-2, COLLAPSING, OSCILLATING, 0.2)
-    _fake_run(other, "sigma", 3e-2, HIGH, STABLE, 0.85)  # entropy fine, accuracy too low
+    _three(other, "baseline", 1e-3, HIGH, STABLE, 0.95)
+    _three(other, "baseline", 3e-2, COLLAPSING, OSCILLATING, 0.2)
+    _three(other, "sigma", 3e-2, HIGH, STABLE, 0.85)  # entropy fine, accuracy too low
     verdicts, _ = _verdicts(other)
-    assert not verdicts["e2"].passed and "val accuracy 0.850" in verdicts["e2"].detail
+    assert verdicts["e2"].status == "inconclusive" and "seed 0: 0.85" in verdicts["e2"].detail
 
 
-def test_a_majority_of_seeds_decides_a_collapse(tmp_path):
+def test_the_mean_and_two_thirds_of_the_seeds_decide_a_collapse(tmp_path):
+    _three(tmp_path, "baseline", 1e-3, HIGH, STABLE, 0.95)
     _fake_run(tmp_path, "baseline", 3e-2, COLLAPSING, OSCILLATING, 0.2, seed=0)
     _fake_run(tmp_path, "baseline", 3e-2, HIGH, STABLE, 0.9, seed=1)
     _fake_run(tmp_path, "baseline", 3e-2, HIGH, STABLE, 0.9, seed=2)
-    for seed in range(3):
-        _fake_run(tmp_path, "sigma", 3e-2, HIGH, STABLE, 0.95, seed=seed)
+    _three(tmp_path, "sigma", 3e-2, HIGH, STABLE, 0.95)
     verdicts, _ = _verdicts(tmp_path)
-    assert not verdicts["e1"].passed  # one seed of three collapsed
+    e1 = verdicts["e1-collapse"]
+    assert e1.status == "not held" and e1.per_seed == pytest.approx((0.05, 0.8, 0.8))
 
 
 def test_presets_validate_and_vary_only_lr_and_method():
@@ -149,7 +189,7 @@ def test_presets_validate_and_vary_only_lr_and_method():
         assert specs[0].name == "u_unit_checks"
         assert len(specs) == 1 + 2 * len(config.lrs) * config.seeds
     fast = {s.name: s.config for s in build_runs(STUDY.preset("fast"))}
-    assert len(fast) == 9 and STUDY.preset("fast").lrs == [1e-3, 3e-3, 1e-2, 3e-2]
+    assert len(fast) == 13 and STUDY.preset("fast").lrs == [1e-3, 3e-2]
     base, sigma = fast["baseline_lr0.03_s0"], fast["sigma_lr0.03_s0"]
     assert base.model.use_ln and not base.model.sigma_reparam
     assert sigma.model.sigma_reparam and not sigma.model.use_ln
@@ -166,17 +206,16 @@ def test_smoke_preset_end_to_end(tmp_path):
     outcome = STUDY.run(preset="smoke", out=tmp_path)
     data = json.loads((tmp_path / "verdict.json").read_text(), parse_constant=pytest.fail)
     assert data["study"] == "sigma-reparam-entropy" and data["preset"] == "smoke"
-    assert [c["claim"].split(":")[0] for c in data["claims"]] == ["e1", "e2", "u1", "u2"]
+    assert [c["claim"].split(":")[0] for c in data["claims"]] == CLAIMS
     for claim in data["claims"]:
         assert claim["measured"] is None or isinstance(claim["measured"], float)
         assert isinstance(claim["passed"], bool)
-    assert data["claims"][2]["passed"] and data["claims"][3]["passed"]  # the unit checks
-    assert [r["name"] for r in data["runs"]] == [
-        "u_unit_checks",
-        "baseline_lr0.001_s0",
-        "sigma_lr0.001_s0",
-        "baseline_lr0.03_s0",
-        "sigma_lr0.03_s0",
+    assert data["claims"][3]["passed"] and data["claims"][4]["passed"]  # the unit checks
+    assert [r["name"] for r in data["runs"]] == ["u_unit_checks"] + [
+        f"{method}_lr{lr}_s{k}"
+        for lr in ("0.001", "0.03")
+        for k in range(3)
+        for method in ("baseline", "sigma")
     ]
     assert all(r["status"] in ("finished", "diverged") for r in data["runs"])
     assert sorted(p.name for p in (tmp_path / "figures").glob("*.png")) == [
@@ -189,3 +228,39 @@ def test_smoke_preset_end_to_end(tmp_path):
     sigma_run = load_run(tmp_path / "runs" / "sigma_lr0.03_s0")
     assert sigma_run.config["model"]["sigma_reparam"] is True
     assert not sigma_run.scalar("attn.mean.entropy_normalized").empty
+
+
+class _Killed(BaseException):
+    """Stands for SIGKILL: not an Exception, so no runner records a failure."""
+
+
+def test_smoke_unit_run_killed_mid_way_resumes_to_identical_metrics(tmp_path, monkeypatch):
+    from dynascope.studies.sigma_reparam_entropy import runs as runs_module
+
+    preset = STUDY.preset("smoke").model_copy(update={"lrs": [1e-3], "seeds": 1})
+    study = STUDY.__class__(**{**STUDY.__dict__, "presets": {"smoke": lambda: preset}})
+    whole = tmp_path / "whole"
+    study.run(preset="smoke", out=whole)
+    real, calls = runs_module._DriftStep.__call__, {"n": 0}
+
+    def dying(self, model, batch, ctx):
+        calls["n"] += 1
+        if calls["n"] == 30:  # after the checkpoint at step 25
+            raise _Killed
+        return real(self, model, batch, ctx)
+
+    monkeypatch.setattr(runs_module._DriftStep, "__call__", dying)
+    with pytest.raises(_Killed):
+        study.run(preset="smoke", out=tmp_path / "killed")
+    assert load_run(tmp_path / "killed" / "runs" / "u_unit_checks").status == "running"
+    monkeypatch.setattr(runs_module._DriftStep, "__call__", real)
+    actions = {}
+    study.run(
+        preset="smoke",
+        out=tmp_path / "killed",
+        on_run=lambda name, status, seconds, action: actions.__setitem__(name, action),
+    )
+    assert actions["u_unit_checks"] == "resumed" and "restarted" not in actions.values()
+    for name in actions:
+        a, b = load_run(whole / "runs" / name), load_run(tmp_path / "killed" / "runs" / name)
+        assert a.scalars.equals(b.scalars), name

@@ -20,6 +20,7 @@ from dynascope.studies.slingshot import (
     build_runs,
     run_cycles,
 )
+from dynascope.studies.slingshot.runs import NORM_KEY
 from dynascope.train import run_training
 
 N_TRAIN = 50  # the smoke preset's training set: armed once loss < ln 2 / 50 ≈ 0.0139
@@ -46,7 +47,8 @@ def _write_run(root, spec, loss, norm, val=None, status="finished"):
     with RunStore(root / spec.name) as store:
         store.write_config(spec.config.model_dump(mode="json"))
         for step in range(len(loss)):
-            row = {"last_layer.norm": float(norm[step])}
+            key = "last_layer.norm" if spec.name.startswith("grok") else NORM_KEY
+            row = {key: float(norm[step])}
             if step > 0:
                 row["train.loss"] = float(loss[step])
             if val is not None and step % 100 == 0:
@@ -56,7 +58,7 @@ def _write_run(root, spec, loss, norm, val=None, status="finished"):
     return load_run(root / spec.name)
 
 
-def _store(tmp_path, plant: dict[str, list[int]], val=None, steps=4000, seeds=1):
+def _store(tmp_path, plant: dict[str, list[int]], val=None, steps=4000, seeds=3):
     specs = build_runs(STUDY.preset("smoke").model_copy(update={"seeds": seeds}))
     runs = {}
     for spec in specs:
@@ -65,11 +67,11 @@ def _store(tmp_path, plant: dict[str, list[int]], val=None, steps=4000, seeds=1)
     return runs
 
 
+THREE = {f"adam_eps1e-08_s{k}": [500, 1500, 2500] for k in range(3)}
+
+
 def test_planted_cycles_are_counted_and_the_verdicts_follow(tmp_path):
-    runs = _store(
-        tmp_path,
-        {"adam_eps1e-08_s0": [500, 1500, 2500], "adam_eps0.0001_s0": [1000]},
-    )
+    runs = _store(tmp_path, {**THREE, "adam_eps0.0001_s0": [1000]})
     cycles, series = run_cycles(runs["adam_eps1e-08_s0"])
     assert len(cycles) == 3
     assert [c.spike_step for c in cycles] == [800, 1800, 2800]
@@ -83,14 +85,16 @@ def test_planted_cycles_are_counted_and_the_verdicts_follow(tmp_path):
     analysis = analyze(runs, tmp_path)
     by_id = {v.claim.split(":")[0]: v for v in analysis.verdicts}
     assert list(by_id) == ["s1", "s2", "s3"]  # no grokking, no g1
-    assert (by_id["s1"].measured, by_id["s1"].passed) == (3.0, True)
-    assert (by_id["s2"].measured, by_id["s2"].passed) == (0.0, True)
-    assert (by_id["s3"].measured, by_id["s3"].passed) == (2.0, True)
+    assert (by_id["s1"].measured, by_id["s1"].status) == (3.0, "held")
+    assert by_id["s1"].control.status == "not held"  # ε = 1e-4: 1, 0, 0 cycles
+    assert (by_id["s2"].measured, by_id["s2"].status) == (0.0, "held")
+    assert by_id["s3"].measured == pytest.approx(8 / 3) and by_id["s3"].status == "held"
+    assert by_id["s3"].per_seed == (2.0, 3.0, 3.0) and by_id["s3"].seeds == (0, 1, 2)
     assert all(p.is_file() for p in analysis.figures)
-    assert len(analysis.tables["detected cycles"]) == 4
+    assert len(analysis.tables["detected cycles"]) == 10
 
 
-def test_verdicts_take_the_median_over_seeds(tmp_path):
+def test_verdicts_take_the_mean_and_two_thirds_of_the_seeds(tmp_path):
     plant = {
         "adam_eps1e-08_s0": [500, 1500, 2500],
         "adam_eps1e-08_s1": [1500],
@@ -100,18 +104,19 @@ def test_verdicts_take_the_median_over_seeds(tmp_path):
     runs = _store(tmp_path, plant, seeds=3, steps=3500)
     assert {r.config["seed"] for r in runs.values()} == {0, 1, 2}
     verdicts = {v.claim.split(":")[0]: v for v in analyze(runs, tmp_path).verdicts}
-    assert verdicts["s1"].measured == 2.0  # median of 3, 1, 2
+    assert verdicts["s1"].measured == 2.0 and verdicts["s1"].status == "held"  # 3, 1, 2
+    assert verdicts["s1"].spread["min"] == 1.0 and verdicts["s1"].spread["max"] == 3.0
     assert verdicts["s2"].measured == 0.0
-    assert verdicts["s3"].measured == 2.0  # median of 3 - 1, 1 - 0, 2 - 0
+    assert verdicts["s3"].measured == pytest.approx(5 / 3)  # 3 - 1, 1 - 0, 2 - 0
 
 
 def test_flat_series_have_no_cycle_and_sgd_cycles_fail_s2(tmp_path):
-    runs = _store(tmp_path, {"sgd_lr0.1_s0": [1000]})
+    runs = _store(tmp_path, {f"sgd_lr0.1_s{k}": [1000] for k in range(3)})
     verdicts = {v.claim.split(":")[0]: v for v in analyze(runs, tmp_path).verdicts}
-    assert (verdicts["s1"].measured, verdicts["s1"].passed) == (0.0, False)
-    assert (verdicts["s2"].measured, verdicts["s2"].passed) == (1.0, False)
-    assert (verdicts["s3"].measured, verdicts["s3"].passed) == (0.0, False)
-    assert "not measurable" in verdicts["s3"].detail
+    assert verdicts["s1"].measured == 0.0 and verdicts["s1"].status == "inconclusive"
+    assert verdicts["s2"].measured == 1.0 and verdicts["s2"].status == "inconclusive"
+    assert verdicts["s3"].measured == 0.0 and verdicts["s3"].status == "inconclusive"
+    assert not verdicts["s2"].precondition.met  # nothing cycles: SGD's cycles say nothing
 
 
 def test_spikes_before_the_training_set_is_fit_do_not_count(tmp_path):
@@ -136,7 +141,7 @@ def test_losses_below_float32_resolution_are_not_spikes(tmp_path):
 
 def test_grokking_near_an_onset_adds_g1(tmp_path):
     val = np.where(np.arange(4001) >= 1600, 0.97, 0.8)  # groks at 1600, onset of cycle 2 ~1500
-    runs = _store(tmp_path, {"adam_eps1e-08_s0": [500, 1500, 2500]}, val=val)
+    runs = _store(tmp_path, THREE, val=val)
     verdicts = {v.claim.split(":")[0]: v for v in analyze(runs, tmp_path).verdicts}
     g1 = verdicts["g1"]
     assert g1.passed and 0 < g1.measured < 1
@@ -152,36 +157,41 @@ def test_grokking_without_a_cycle_fails_g1(tmp_path):
 def test_presets_validate_and_conditions_differ_only_in_the_optimizer():
     assert "slingshot" in studies.names()
     assert studies.get("slingshot") is STUDY
-    for name, n_runs in (("smoke", 3), ("fast", 3), ("paper", 18)):  # paper: + 3 grokking
+    # paper: 3 seeds x (ε 1e-8, 1e-6, 1e-5, 1e-4, SGD, ε 1e-8 in float64) + 3 grokking runs
+    for name, n_runs in (("smoke", 9), ("fast", 9), ("paper", 21)):
         specs = build_runs(STUDY.preset(name))
         assert len(specs) == n_runs
         assert len({s.name for s in specs}) == n_runs
     paper = build_runs(STUDY.preset("paper"), seed=5)  # --seed moves the seeds, not the names
     assert {s.config.seed for s in paper} == {5, 6, 7}
     assert {s.name.rsplit("_", 1)[1] for s in paper} == {"s0", "s1", "s2"}
-    assert sorted({s.config.optimizer.eps for s in paper if s.config.optimizer.name == "adam"}) == [
+    fcn = [s for s in paper if s.group is not None]
+    assert sorted({s.config.eps for s in fcn if s.config.optimizer == "adam"}) == [
         1e-8,
         1e-6,
         1e-5,
         1e-4,
     ]
-    fcn = [s for s in paper if s.config.task.name == "digits"]
-    assert len(fcn) == 15 and {s.config.train.steps for s in fcn} == {50_000}
-    specs = {s.name: s.config for s in build_runs(STUDY.preset("fast"), seed=2)}
-    assert sorted(specs) == ["adam_eps0.0001_s0", "adam_eps1e-08_s0", "sgd_lr0.1_s0"]
+    assert len(fcn) == 18 and {s.config.loop.steps for s in fcn} == {60_000}
+    assert {s.config.loop.dtype for s in fcn if "f64" in s.name} == {"float64"}
+    assert len({s.group for s in fcn}) == 6  # one ensemble per condition
+    specs = {s.name: s for s in build_runs(STUDY.preset("fast"), seed=2)}
+    assert sorted(specs) == [
+        f"{c}_s{k}" for c in ("adam_eps0.0001", "adam_eps1e-08", "sgd_lr0.1") for k in range(3)
+    ]
+    assert {s.group for s in specs.values() if s.name.startswith("adam_eps1e-08")} == {
+        "adam_eps1e-08"
+    }
     adam, control, sgd = (
-        specs[n] for n in ("adam_eps1e-08_s0", "adam_eps0.0001_s0", "sgd_lr0.1_s0")
+        specs[n].config for n in ("adam_eps1e-08_s0", "adam_eps0.0001_s0", "sgd_lr0.1_s0")
     )
-    assert (adam.optimizer.name, adam.optimizer.lr, adam.optimizer.eps) == ("adam", 1e-3, 1e-8)
-    assert (control.optimizer.name, control.optimizer.eps) == ("adam", 1e-4)
-    assert (sgd.optimizer.name, sgd.optimizer.lr, sgd.optimizer.momentum) == ("sgd", 0.1, 0.0)
-    strip = {"name": "x", "optimizer": None}
-    assert adam.model_copy(update=strip) == control.model_copy(update=strip)
-    assert adam.model_copy(update=strip) == sgd.model_copy(update=strip)
-    assert adam.seed == 2 and adam.train.steps == FAST_STEPS and adam.train.log_every == 1
-    assert adam.model.hidden == [256, 256] and adam.task.n_train == 200
-    assert adam.train.batch_size >= 1597  # full batch: the whole training and validation splits
-    assert adam.monitor.probes == ["last_layer_norm"] and adam.monitor.every == 1
+    assert (adam.optimizer, adam.lr, adam.eps) == ("adam", 1e-3, 1e-8)
+    assert (control.optimizer, control.eps) == ("adam", 1e-4)
+    assert (sgd.optimizer, sgd.lr) == ("sgd", 0.1)
+    strip = {"optimizer": "adam", "lr": 1e-3, "eps": 1e-8}
+    assert adam == control.model_copy(update=strip) == sgd.model_copy(update=strip)
+    assert adam.seed == 2 and adam.loop.steps == FAST_STEPS and adam.loop.log_every == 10
+    assert adam.hidden == (64, 64) and adam.n_train == 200
 
 
 def test_smoke_preset_end_to_end(tmp_path):
@@ -199,7 +209,7 @@ def test_smoke_preset_end_to_end(tmp_path):
     ]
     assert (tmp_path / "report.html").read_text().count("data:image/png;base64") == 2
     run = load_run(tmp_path / "runs" / "adam_eps1e-08_s0")
-    assert len(run.scalar("train.loss")) == 500 and len(run.scalar("last_layer.norm")) == 501
+    assert len(run.scalar("train.loss")) == 50 and len(run.scalar(NORM_KEY)) == 50
     assert outcome.passed == all(c["passed"] for c in data["claims"])
 
 
@@ -207,7 +217,7 @@ def test_smoke_preset_end_to_end(tmp_path):
 def test_paper_preset_adds_one_grokking_run_per_seed_and_smoke_fast_none():
     assert STUDY.preset("smoke").grokking is None and STUDY.preset("fast").grokking is None
     specs = {s.name: s.config for s in build_runs(STUDY.preset("paper"), seed=4)}
-    grok = {name: cfg for name, cfg in specs.items() if cfg.task.name == "modular_arithmetic"}
+    grok = {name: cfg for name, cfg in specs.items() if name.startswith("grok")}
     assert sorted(grok) == ["grok_adam_s0", "grok_adam_s1", "grok_adam_s2"]
     assert [grok[f"grok_adam_s{k}"].seed for k in range(3)] == [4, 5, 6]
     cfg = grok["grok_adam_s0"]
@@ -244,13 +254,15 @@ def _grok_val(steps: int, grok: int | None) -> np.ndarray:
 def _with_grokking(tmp_path, onsets, grok, *, fcn_val=None):
     """The smoke FCN runs (Adam ε = 1e-8 with 3 cycles, ε = 1e-4 with 1) and a grokking run with
     cycles planted at ``onsets`` and validation accuracy reaching 0.99 at step ``grok``."""
-    fcn = _store(
-        tmp_path, {"adam_eps1e-08_s0": [500, 1500, 2500], "adam_eps0.0001_s0": [1000]}, fcn_val
-    )
-    spec = _grok_spec()
-    _, loss, norm = _planted(4000, onsets)
-    grok_run = _write_run(tmp_path / "runs", spec, loss, norm, _grok_val(4000, grok))
-    return fcn, {**fcn, spec.name: grok_run}
+    fcn = _store(tmp_path, {**THREE, "adam_eps0.0001_s0": [1000]}, fcn_val)
+    grok_runs = {}
+    for k in range(3):
+        spec = _grok_spec(k)
+        _, loss, norm = _planted(4000, onsets)
+        grok_runs[spec.name] = _write_run(
+            tmp_path / "runs", spec, loss, norm, _grok_val(4000, grok)
+        )
+    return fcn, {**fcn, **grok_runs}
 
 
 def _verdicts(runs, figures):
@@ -278,11 +290,12 @@ def test_grokking_run_near_an_onset_passes_g1_and_leaves_s1_to_s3_alone(tmp_path
         == [
             (3.0, True),
             (0.0, True),
-            (2.0, True),
+            (pytest.approx(8 / 3), True),
         ]
     )
     assert verdicts["g1"].measured == pytest.approx(expected) and verdicts["g1"].passed
-    assert "1 of 1 grokking run(s) grokked" in verdicts["g1"].detail
+    assert "3 of 3 run(s) grokked" in verdicts["g1"].detail
+    assert verdicts["g1"].control.status == "not held"  # step 0 is far from every onset
     rows = {r["run"]: r for r in analysis.tables["runs: cycles, final values, grok step"]}
     assert (
         rows["grok_adam_s0"]["system"] == "grokking" and rows["grok_adam_s0"]["grok step"] == 1600
@@ -301,7 +314,7 @@ def test_grokking_far_from_any_onset_fails_g1_even_if_the_fcn_groks_near_one(tmp
     """With a grokking run present, g1 is measured on it, not on the FCN runs."""
     fcn_val = np.where(np.arange(4001) >= 1600, 0.97, 0.8)  # the FCN groks near its onset 1500
     fcn, runs = _with_grokking(tmp_path, [500], grok=3500, fcn_val=fcn_val)
-    (cycle,), _ = run_cycles(runs["grok_adam_s0"])
+    (cycle,), _ = run_cycles(runs["grok_adam_s0"])  # the same in every grokking run
     expected = (3500 - cycle.start_step) / cycle.length
     assert expected > 1
     _, without = _verdicts(fcn, tmp_path / "without")
@@ -317,8 +330,8 @@ def test_grokking_run_that_never_groks_reports_g1_unmeasurable(tmp_path):
     _, verdicts = _verdicts(runs, tmp_path / "with")
     assert "g1" not in without
     assert _fcn_verdicts(verdicts) == _fcn_verdicts(without)
-    assert math.isnan(verdicts["g1"].measured) and not verdicts["g1"].passed
-    assert "not measurable" in verdicts["g1"].detail
+    assert math.isnan(verdicts["g1"].measured) and verdicts["g1"].status == "inconclusive"
+    assert not verdicts["g1"].precondition.met
 
 
 def test_tiny_real_grokking_run_trains_and_is_analyzed(tmp_path):
@@ -342,7 +355,7 @@ def test_tiny_real_grokking_run_trains_and_is_analyzed(tmp_path):
     assert run.status == "finished"
     assert len(run.scalar("train.loss")) == 20 and len(run.scalar("last_layer.norm")) == 21
     assert len(run.scalar("val.accuracy")) == 3  # steps 0, 10, 20
-    fcn = _store(tmp_path, {"adam_eps1e-08_s0": [500, 1500, 2500]})
+    fcn = _store(tmp_path, THREE)
     _, without = _verdicts(fcn, tmp_path / "without")
     analysis, verdicts = _verdicts({**fcn, spec.name: run}, tmp_path / "with")
     assert _fcn_verdicts(verdicts) == _fcn_verdicts(without)
@@ -351,3 +364,39 @@ def test_tiny_real_grokking_run_trains_and_is_analyzed(tmp_path):
     assert rows[spec.name]["system"] == "grokking" and rows[spec.name]["status"] == "finished"
     alone = analyze({spec.name: run}, tmp_path / "alone")  # no FCN run: s1–s3 not measurable
     assert [v.claim.split(":")[0] for v in alone.verdicts] == ["s1", "s2", "s3", "g1"]
+
+
+class _Killed(BaseException):
+    """Stands for SIGKILL: not an Exception, so no runner records a failure."""
+
+
+def test_smoke_run_killed_mid_way_resumes_to_identical_metrics(tmp_path, monkeypatch):
+    from dynascope.studies.slingshot import runs as runs_module
+
+    whole = tmp_path / "whole"
+    STUDY.run(preset="smoke", out=whole)
+    real, calls = runs_module._loss, {"n": 0}
+
+    def dying(model, batch):
+        calls["n"] += 1
+        if calls["n"] == 300:  # after the checkpoint at step 250 of the first ensemble
+            raise _Killed
+        return real(model, batch)
+
+    monkeypatch.setattr(runs_module, "_loss", dying)
+    with pytest.raises(_Killed):
+        STUDY.run(preset="smoke", out=tmp_path / "killed")
+    assert load_run(tmp_path / "killed" / "runs" / "adam_eps1e-08_s0").status == "running"
+    monkeypatch.setattr(runs_module, "_loss", real)
+    actions = {}
+    STUDY.run(
+        preset="smoke",
+        out=tmp_path / "killed",
+        on_run=lambda name, status, seconds, action: actions.__setitem__(name, action),
+    )
+    assert {actions[f"adam_eps1e-08_s{k}"] for k in range(3)} == {"resumed"}
+    assert "restarted" not in actions.values()
+    for name in actions:
+        a, b = load_run(whole / "runs" / name), load_run(tmp_path / "killed" / "runs" / name)
+        for key in ("train.loss", NORM_KEY, "val.accuracy"):
+            assert a.scalar(key).equals(b.scalar(key)), (name, key)

@@ -16,8 +16,8 @@ from .base import ProbeContext as ProbeContext
 from .base import isolated as isolated
 from .base import make_probe as make_probe
 from .base import register_probe as register_probe
+from .coordcheck import CoordProbe as CoordProbe
 from .coordcheck import CoordRecord as CoordRecord
-from .coordcheck import coord_check as coord_check
 from .coordcheck import coord_summary as coord_summary
 from .coordcheck import plot_coord_check as plot_coord_check
 from .delta import DeltaSpectrum as DeltaSpectrum
@@ -43,6 +43,8 @@ from .kernels import NTKDrift as NTKDrift
 from .kernels import analytic_ntk_relu as analytic_ntk_relu
 from .kernels import centered_kernel_alignment as centered_kernel_alignment
 from .kernels import empirical_ntk as empirical_ntk
+from .kernels import empirical_ntk_memory as empirical_ntk_memory
+from .kernels import empirical_ntk_structure as empirical_ntk_structure
 from .kernels import kernel_alignment as kernel_alignment
 from .kernels import kernel_gd_predictions as kernel_gd_predictions
 from .kernels import linearize as linearize

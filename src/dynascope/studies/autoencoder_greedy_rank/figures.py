@@ -1,0 +1,61 @@
+"""Figures of ``autoencoder-greedy-rank``: latent rank over training, gains along data PCs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dynascope.report import new_figure, save_figure
+from dynascope.store import Run
+
+from .runs import MODE_CUTOFF, RANK_TOL
+
+__all__ = ["figures"]
+
+
+def _label(w: dict[str, Any]) -> str:
+    return f"L={w['L']} {w['init']}" + (
+        f" s={w['s']:g}" if w["L"] > 0 and w["init"] != "default" else ""
+    )
+
+
+def figures(rows: list[dict], runs: dict[str, Run], out: Path) -> list[Path]:
+    """Latent rank/effective rank vs step and per-PC gains, for the first seed's runs."""
+    first = min(w["seed"] for w in rows)
+    rows = [w for w in rows if w["seed"] == first]
+    paths = []
+    fig, (ax1, ax2) = new_figure(2, title="latent covariance rank over training (held-out codes)")
+    for w in rows:
+        try:
+            rank = runs[w["run"]].scalar("latent.rank_1e-2")
+            erank = runs[w["run"]].scalar("latent.effective_rank")
+        except KeyError:
+            continue
+        (line,) = ax1.plot(rank.index + 1, rank.values, drawstyle="steps-post", label=_label(w))
+        ax2.plot(erank.index + 1, erank.values, color=line.get_color())
+    for ax in (ax1, ax2):
+        ax.axhline(rows[0]["r"], color="k", ls=":", lw=1)
+        ax.set_xscale("log")
+        ax.set_xlabel("step + 1")
+    ax1.set(ylabel=f"rank at {RANK_TOL:g} (λ_i / λ_1)", title="rank_1e-2")
+    ax2.set(ylabel="effective rank", title="effective rank (dotted: true rank)")
+    ax1.legend(fontsize=6)
+    paths.append(save_figure(fig, out / "latent_rank.png"))
+
+    shown = [w for w in rows if w["L"] > 0][:8]
+    if shown:
+        fig, axes = new_figure(len(shown), width=3.0, title="gain a_kᵀ P a_k along data PC k")
+        for ax, w in zip(np.atleast_1d(axes), shown):
+            try:
+                steps, gain = runs[w["run"]].tensors("modes.gain")
+            except KeyError:
+                continue
+            for k in range(gain.shape[1]):
+                ax.semilogx(steps + 1, gain[:, k], label=f"PC{k + 1}")
+            ax.axhline(MODE_CUTOFF, color="k", ls=":", lw=1)
+            ax.set(title=_label(w), xlabel="step + 1", ylabel="gain")
+        np.atleast_1d(axes)[0].legend(fontsize=6)
+        paths.append(save_figure(fig, out / "direction_gains.png"))
+    return paths

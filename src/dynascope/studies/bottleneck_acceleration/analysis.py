@@ -1,0 +1,160 @@
+"""Verdicts of ``bottleneck-acceleration`` on the verdict contract (claims, metrics, thresholds
+and how they were fixed: docs/studies/bottleneck-acceleration.md)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dynascope.store import Run
+from dynascope.studies._run_values import last_or_nan
+from dynascope.studies.base import Analysis
+from dynascope.studies.verdict import Control, Precondition, Verdict, judge
+
+from .figures import figures
+from .runs import BottleneckRun
+
+__all__ = ["B1_RATIO", "B2_SPREAD", "B3_SLOPE", "analyze", "measure_run", "verdicts_from_rows"]
+
+B1_RATIO = 0.5  # S16: the bottleneck needs at most half the steps
+B2_SPREAD = 1.5  # S16: codes move Theta(1): max / min over widths
+B2_FLOOR = 0.1  # and every width moves by >= 0.1 (else the spread is inf)
+B3_SLOPE = -0.4  # S16: all-wide movement ~ n^-1/2 (theory -0.5)
+VERDICT_D = 4
+NAN = float("nan")
+
+
+def _first_at_or_below(run: Run, target: float) -> float:
+    """First logged step whose ``train.mse`` is <= target (NaN: never, or nothing logged)."""
+    try:
+        mse = run.scalar("train.mse")
+    except KeyError:
+        return NAN
+    hit = mse.index[mse.values <= target]
+    return float(hit[0]) if len(hit) else NAN
+
+
+def measure_run(name: str, run: Run) -> dict[str, Any]:
+    """One row per run: steps to the target (``steps_or_budget``: never or diverged = the
+    budget + 1, a lower bound), movement, eNTK change, stability."""
+    cfg = BottleneckRun.model_validate(run.config)
+    reached = _first_at_or_below(run, cfg.mse_target) if run.status == "finished" else NAN
+    budget = float(cfg.loop.steps + 1)
+    return {
+        "run": name, "net": cfg.net, "n": cfg.width, "d": cfg.bottleneck, "seed": cfg.seed,
+        "status": run.status, "steps_to_target": reached,
+        "steps_or_budget": budget if math.isnan(reached) else reached,
+        "final mse": last_or_nan(run, "train.mse"),
+        "movement": last_or_nan(run, "movement") if run.status == "finished" else NAN,
+        "ntk change": last_or_nan(run, "ntk.relative_change"),
+        "(lr/N) λ_max(Θ0)": last_or_nan(run, "stability.eta_lambda_over_N"),
+    }  # fmt: skip
+
+
+def _select(rows: list[dict], net: str) -> dict[int, dict[int, dict]]:
+    """seed -> width -> row (bottleneck arms at d = VERDICT_D)."""
+    out: dict[int, dict[int, dict]] = {}
+    for r in rows:
+        if r["net"] == net and (net in ("wide", "kernel") or r["d"] == VERDICT_D):
+            out.setdefault(r["seed"], {})[r["n"]] = r
+    return out
+
+
+def _slope(by_n: dict[int, dict], key: str) -> float:
+    ns = sorted(by_n)
+    vals = [by_n[n][key] for n in ns]
+    if len(ns) < 2 or not all(v > 0 for v in vals):
+        return NAN
+    return float(np.polyfit(np.log(ns), np.log(vals), 1)[0])
+
+
+def _spread(by_n: dict[int, dict]) -> float:
+    vals = [r["movement"] for r in by_n.values()]
+    if not vals or not all(np.isfinite(vals)):
+        return NAN
+    return max(vals) / min(vals) if min(vals) >= B2_FLOOR else math.inf
+
+
+def verdicts_from_rows(rows: list[dict]) -> list[Verdict]:
+    """b1-b3 from the measured rows."""
+    kernel = {s: next(iter(v.values())) for s, v in _select(rows, "kernel").items()}
+    bott, lazy, wide = (_select(rows, k) for k in ("bottleneck", "bottleneck_lazy", "wide"))
+    seeds = sorted(set(kernel) | set(bott) | set(wide))
+
+    def ratio(arm: dict[int, dict[int, dict]], s: int) -> float:
+        k = kernel.get(s)
+        if k is None or math.isnan(k["steps_to_target"]) or not arm.get(s):
+            return NAN
+        return max(r["steps_or_budget"] for r in arm[s].values()) / k["steps_to_target"]
+
+    k_reached = [not math.isnan(k["steps_to_target"]) for k in kernel.values()]
+    stab = [r["(lr/N) λ_max(Θ0)"] for r in rows]
+    finished = all(r["status"] == "finished" for r in rows if r["net"] != "wide")
+    b1_pre = Precondition(
+        "the analytic-NTK kernel GD reaches the target in every seed, GD is stable ((lr/N) "
+        f"λ_max < 2; max {np.nanmax(stab):.3g}) and every bottleneck and kernel run finished",
+        bool(k_reached and all(k_reached) and np.nanmax(stab) < 2 and finished),
+        float(np.mean([k["steps_to_target"] for k in kernel.values()])) if kernel else NAN,
+    )
+    move_pre = Precondition(
+        "every net run finished (movement is read at the end)",
+        all(r["status"] == "finished" for r in rows if r["net"] in ("wide", "bottleneck")),
+    )
+    steps_note = "; ".join(
+        f"seed {s}: kernel GD {kernel[s]['steps_to_target']:g}, bottleneck "
+        + ", ".join(f"n={n}: {r['steps_or_budget']:g}" for n, r in sorted(bott.get(s, {}).items()))
+        for s in seeds
+        if s in kernel
+    )
+    return [
+        judge(
+            claim=f"b1: the bottleneck net (d={VERDICT_D}) reaches train MSE <= 1e-3 in at most "
+            "half the steps of the all-wide net's infinite-width limit (kernel GD, same lr)",
+            metric="max over n of steps(bottleneck) / steps(analytic-NTK kernel GD); never = "
+            "the budget + 1",
+            per_seed={s: ratio(bott, s) for s in seeds},
+            threshold=B1_RATIO,
+            direction="<=",
+            precondition=b1_pre,
+            control=Control(
+                "the same ratio for the bottleneck net's own lazy twin (kernel GD with its eNTK "
+                "at init): kernel scale without feature learning",
+                per_seed={s: ratio(lazy, s) for s in seeds},
+            ),
+            detail=steps_note,
+        ),
+        judge(
+            claim="b2: the bottleneck codes move by Θ(1) at every width",
+            metric="max over n / min over n of ||Z_T - Z_0||_F / ||Z_0||_F (inf if any < 0.1)",
+            per_seed={s: _spread(bott.get(s, {})) for s in seeds},
+            threshold=B2_SPREAD,
+            direction="<=",
+            precondition=move_pre,
+            control=Control(
+                "the same spread of the all-wide net's middle layer H (freezes with width)",
+                per_seed={s: _spread(wide.get(s, {})) for s in seeds},
+            ),
+        ),
+        judge(
+            claim="b3: the all-wide net's middle-layer features freeze as width^-1/2",
+            metric="least-squares slope of log ||H_T - H_0||_F / ||H_0||_F vs log n",
+            per_seed={s: _slope(wide.get(s, {}), "movement") for s in seeds},
+            threshold=B3_SLOPE,
+            direction="<=",
+            precondition=move_pre,
+            control=Control(
+                "the same slope for the bottleneck codes Z",
+                per_seed={s: _slope(bott.get(s, {}), "movement") for s in seeds},
+            ),
+        ),
+    ]
+
+
+def analyze(runs: dict[str, Run], out: Path) -> Analysis:
+    """Verdicts b1-b3; loss curves and movement-vs-width figures."""
+    rows = [measure_run(name, run) for name, run in sorted(runs.items())]
+    rows.sort(key=lambda r: (r["net"], r["d"], r["n"], r["seed"]))
+    return Analysis(verdicts_from_rows(rows), figures(rows, runs, out), {"runs": rows})

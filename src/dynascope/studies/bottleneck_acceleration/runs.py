@@ -1,0 +1,179 @@
+"""Runs of ``bottleneck-acceleration`` (S16): the bottleneck and all-wide NTK nets trained by GD
+on the engine, and two kernel-GD twins as engine steps (notes:
+docs/studies/bottleneck-acceleration.md)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from pydantic import Field, model_validator
+from torch import Tensor, nn
+from torch.func import functional_call
+
+from dynascope.monitor import EveryN, LogSchedule
+from dynascope.nn.mlp import MLP
+from dynascope.probes.kernels import (
+    analytic_ntk_relu,
+    empirical_ntk,
+    model_function,
+    ntk_relative_change,
+)
+from dynascope.probes.latent import latent_covariance_spectrum
+from dynascope.studies.engine_runs import EngineRunConfig
+from dynascope.train import Parts, SeedStreams, StepContext
+
+__all__ = ["BottleneckRun", "KernelGD", "build_bottleneck", "make_data", "make_net"]
+
+Net = Literal["bottleneck", "wide", "kernel", "bottleneck_lazy"]
+
+
+class BottleneckRun(EngineRunConfig):
+    """One run: a net (``bottleneck``, ``wide``) trained by full-batch GD on sin(f u^T x), or a
+    kernel-GD twin: ``kernel`` (the all-wide net's analytic infinite-width NTK, f_0 = 0) or
+    ``bottleneck_lazy`` (the bottleneck net's eNTK at init, f_0 = its initial output)."""
+
+    net: Net = "bottleneck"
+    width: int = Field(256, ge=1, description="n, the wide layers' width")
+    bottleneck: int = Field(4, ge=1, description="d, the bottleneck width")
+    d_in: int = Field(16, ge=1)
+    n_train: int = Field(256, ge=2, description="N training points")
+    frequency: float = Field(3.0, gt=0, description="y = sin(frequency * u^T x)")
+    lr: float = Field(1.0, gt=0, description="GD step on the loss (1/2N) sum (F - y)^2")
+    mse_target: float = Field(1e-3, gt=0, description="train MSE (1/N) sum (F - y)^2 to reach")
+    n_kernel: int = Field(64, ge=2, description="training points for the reported eNTK change")
+    kernel_chunk: int = Field(32, ge=1, description="examples per eNTK Jacobian block")
+    log_points: int = Field(30, ge=2, description="log-spaced steps for per-layer movement")
+    power_iters: int = Field(30, ge=1, description="for lambda_max(Theta_0)")
+
+    @model_validator(mode="after")
+    def _kernel_points_fit(self) -> BottleneckRun:
+        if self.n_kernel > self.n_train:
+            raise ValueError(
+                f"n_kernel must be <= n_train (got n_kernel={self.n_kernel}, "
+                f"n_train={self.n_train})"
+            )
+        return self
+
+
+def make_data(config: BottleneckRun, generator: torch.Generator, dtype: torch.dtype):
+    """``x`` ``[N, d_in]`` ~ N(0, I), ``y`` ``[N]`` = sin(f u^T x), u a unit vector."""
+    u = torch.randn(config.d_in, generator=generator, dtype=torch.float64)
+    u = u / u.norm()
+    x = torch.randn(config.n_train, config.d_in, generator=generator, dtype=torch.float64)
+    return x.to(dtype), torch.sin(config.frequency * (x @ u)).to(dtype)
+
+
+def make_net(config: BottleneckRun, generator: torch.Generator, dtype: torch.dtype) -> MLP:
+    """16 -> n -> d -> n -> 1 (bottleneck after the first layer) or 16 -> n -> n -> n -> 1."""
+    common = dict(parametrization="ntk", activation="relu", generator=generator, dtype=dtype)
+    if config.net in ("bottleneck", "bottleneck_lazy"):
+        return MLP(config.d_in, config.width, 1, depth=2, bottleneck=config.bottleneck,
+                   bottleneck_after=1, **common)  # fmt: skip
+    return MLP(config.d_in, config.width, 1, depth=3, **common)
+
+
+class KernelGD:
+    """Kernel gradient descent as an engine step: ``f <- f - lr/N K (f - y)`` on the training
+    points (the mean square loss), ``f`` the parameter of the module it is given."""
+
+    def __init__(self, K: Tensor, y: Tensor, lr: float) -> None:
+        self.K, self.y, self.lr = K, y, lr
+
+    def __call__(self, model: nn.Module, batch: object, ctx: StepContext):
+        with torch.no_grad():
+            r = model.f - self.y.to(model.f)
+            mse = r.square().mean()
+            model.f.sub_(self.lr * ctx.lr_factor / len(r) * (self.K.to(r) @ r))
+        return 0.5 * mse, {"mse": mse}
+
+
+def _mse_loss(model: nn.Module, batch: dict[str, Tensor]):
+    mse = (model(batch["x"])[:, 0] - batch["y"]).square().mean()
+    return 0.5 * mse, {"mse": mse}
+
+
+def _lambda_max(model: MLP, x: Tensor, iters: int, generator: torch.Generator) -> Tensor:
+    """Top eigenvalue of the eNTK Gram ``J J^T`` ``[N, N]`` by power iteration (JVP/VJP)."""
+    params = {k: p.detach() for k, p in model.named_parameters()}
+    _, pullback = torch.func.vjp(lambda p: functional_call(model, p, (x,))[:, 0], params)
+    v = torch.randn(x.shape[0], generator=generator, dtype=x.dtype)
+    v, value = v / v.norm(), torch.zeros((), dtype=x.dtype)
+    for _ in range(iters):
+        tv = torch.func.jvp(lambda p: functional_call(model, p, (x,))[:, 0], (params,),
+                            (pullback(v)[0],))[1]  # fmt: skip
+        value, v = v @ tv, tv / tv.norm()
+    return value
+
+
+def build_bottleneck(config: BottleneckRun, streams: SeedStreams) -> Parts:
+    """The run: data from stream ``task`` (shared by every arm of a seed), weights from
+    ``model``. Nets log ``train.mse`` (every ``loop.log_every`` steps), per-layer
+    ``movement.layers`` on ``log_points`` log-spaced steps, and at the end ``movement`` (the
+    codes Z of the bottleneck, the middle layer H of the all-wide net), ``ntk.relative_change``
+    on ``n_kernel`` points, the per-layer mean |preactivation| and the codes' covariance
+    spectrum; at step 0 ``stability.eta_lambda_over_N`` = ``(lr/N) lambda_max(Theta_0)``.
+    Kernel twins log ``train.mse`` and their ``stability.eta_lambda_over_N``."""
+    dtype = getattr(torch, config.loop.dtype)
+    x, y = make_data(config, streams.generator("task"), dtype)
+    N = config.n_train
+    if config.net == "kernel" or config.net == "bottleneck_lazy":
+        if config.net == "kernel":  # the all-wide net's limit: 3 hidden ReLU layers
+            K, f0 = analytic_ntk_relu(x.double(), depth=3).to(dtype), torch.zeros_like(y)
+        else:
+            net = make_net(config, streams.generator("model"), dtype)
+            fn, params = model_function(net)
+            K = empirical_ntk(fn, params, x, chunk_size=config.kernel_chunk)[..., 0, 0]
+            f0 = net(x)[:, 0].detach()
+        model = nn.Module()
+        model.f = nn.Parameter(f0.clone())
+        lam = float(torch.linalg.eigvalsh(K.double())[-1]) * config.lr / N
+
+        def stability(model: nn.Module, ctx: object) -> dict:
+            return {"stability.eta_lambda_over_N": lam}
+
+        return Parts(model=model, data={}, step=KernelGD(K, y, config.lr),
+                     probes=[(stability, EveryN(config.loop.steps))])  # fmt: skip
+    net = make_net(config, streams.generator("model"), dtype)
+    with torch.no_grad():
+        pre0 = [a.clone() for a in net.preactivations(x)[:-1]]
+    xk = x[: config.n_kernel]
+    fn, params = model_function(net)
+    K0 = empirical_ntk(fn, params, xk, chunk_size=config.kernel_chunk)[..., 0, 0]
+    lam = _lambda_max(net, x, config.power_iters, streams.generator("power")) * config.lr / N
+
+    @torch.no_grad()
+    def movement(model: MLP, ctx: object) -> dict:
+        pre = model.preactivations(x.to(pre0[0]))[:-1]
+        return {"movement.layers": torch.stack([(a - b).norm() / b.norm() for a, b in
+                                                zip(pre, pre0)])}  # fmt: skip
+
+    def final(model: MLP, ctx: object) -> dict:
+        with torch.no_grad():
+            pre = model.preactivations(x.to(pre0[0]))[:-1]
+        if getattr(ctx, "step", 0) == 0:
+            return {"stability.eta_lambda_over_N": lam,
+                    "coord.l1.init": torch.stack([a.abs().mean() for a in pre])}  # fmt: skip
+        fn, params = model_function(model)
+        out = {
+            "movement": (pre[1] - pre0[1]).norm() / pre0[1].norm(),
+            "coord.l1.final": torch.stack([a.abs().mean() for a in pre]),
+            "ntk.relative_change": ntk_relative_change(
+                empirical_ntk(fn, params, xk.to(pre0[0]), chunk_size=config.kernel_chunk)[
+                    ..., 0, 0], K0),
+        }  # fmt: skip
+        if config.net == "bottleneck":
+            out["latent.spectrum"] = latent_covariance_spectrum(pre[1].double())
+        return out
+
+    steps = config.loop.steps
+    return Parts(
+        model=net,
+        data={"x": x, "y": y},
+        loss=_mse_loss,
+        optimizer=lambda m: torch.optim.SGD(m.parameters(), lr=config.lr),
+        probes=[
+            (movement, LogSchedule(steps, config.log_points)),
+            (final, EveryN(steps)),
+        ],  # fmt: skip
+    )

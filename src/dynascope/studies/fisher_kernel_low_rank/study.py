@@ -1,0 +1,83 @@
+"""The ``fisher-kernel-low-rank`` study: presets and runs (notes:
+docs/studies/fisher-kernel-low-rank.md)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dynascope.studies.base import RunSpec, Study
+from dynascope.studies.engine_runs import engine_runner
+from dynascope.train import Loop
+
+from .analysis import analyze
+from .runs import FisherKernelRun, build_fisher
+
+__all__ = ["CLAIM", "SOURCE", "STUDY", "FisherKernelPreset", "build_runs"]
+
+CLAIM = (
+    "The Neural Fisher Kernel of a trained classifier is close to low-rank: its top 32 "
+    "directions, computed matrix-free by randomized SVD, hold the kernel's top energy and give "
+    "embeddings as good for linear probing as the penultimate layer."
+)
+SOURCE = (
+    "Zhang, Zhai, Littwin, Susskind, 'Learning Representation from Neural Fisher Kernel with "
+    "Low-rank Approximation', ICLR 2022, arXiv 2202.01944"
+)
+
+
+class FisherKernelPreset(BaseModel):
+    """A preset: the base run, the embedding ranks k, the models, the seeds."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base: FisherKernelRun
+    ks: list[int] = Field(min_length=1)
+    models: list[Literal["mlp", "cnn"]] = Field(default_factory=lambda: ["mlp"], min_length=1)
+    seeds: int = Field(3, ge=1)
+
+
+def _loop(steps: int, device: str = "cpu") -> Loop:
+    return Loop(steps=steps, log_every=50, checkpoint_every=max(steps // 4, 1), device=device)
+
+
+def smoke() -> FisherKernelPreset:
+    """MLP 64-16-16-10, N = 50, k = 4, oversampling 4, 50 steps, 3 seeds (seconds)."""
+    base = FisherKernelRun(loop=_loop(50), hidden=[16, 16], n_scored=50, k=4, oversampling=4)
+    return FisherKernelPreset(base=base, ks=[4])
+
+
+def fast() -> FisherKernelPreset:
+    """S14's CPU system: 64-64-64-10, N = 500, k = 32, 2,000 Adam steps, 3 seeds."""
+    return FisherKernelPreset(base=FisherKernelRun(loop=_loop(2000)), ks=[32])
+
+
+def paper() -> FisherKernelPreset:
+    """GPU: every training point scored, k in {16, 32, 64, 128}, MLP 256-256 and the CNN."""
+    base = FisherKernelRun(loop=_loop(10_000, "cuda"), hidden=[256, 256], n_scored=1297,
+                           chunk_size=256)  # fmt: skip
+    return FisherKernelPreset(base=base, ks=[16, 32, 64, 128], models=["mlp", "cnn"])
+
+
+def build_runs(preset: FisherKernelPreset, seed: int = 0) -> list[RunSpec]:
+    """One run per model, k and seed; the seeds of one (model, k) train as one ensemble."""
+    runner = engine_runner(build_fisher)
+    specs = []
+    for model in preset.models:
+        for k in preset.ks:
+            for s in range(preset.seeds):
+                update = {"model": model, "k": k, "seed": preset.base.seed + seed + s}
+                cfg = preset.base.model_copy(update=update)
+                specs.append(RunSpec(f"nfk_{model}_k{k}_seed{s}", cfg, runner, f"{model}_k{k}"))
+    return specs
+
+
+STUDY = Study(
+    name="fisher-kernel-low-rank",
+    claim=CLAIM,
+    source=SOURCE,
+    presets={"smoke": smoke, "fast": fast, "paper": paper},
+    build_runs=build_runs,
+    analyze=analyze,
+)

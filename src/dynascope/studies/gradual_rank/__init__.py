@@ -1,0 +1,31 @@
+"""Study ``gradual-rank`` (SYSTEMS.md S10): attention weights change by gradually rising rank.
+
+Abbe et al., "Transformers learn through gradual rank increase", arXiv 2306.07042. Design,
+thresholds and measured values: ``docs/studies/gradual-rank.md``.
+"""
+
+from .analysis import (
+    active_counts,
+    analyze,
+    find_drops,
+    plateaus,
+    rescaled_time,
+    switch_on_index,
+)
+from .runs import ToyRun, build_toy
+from .study import STUDY, VIT_FAST_STEPS, GradualRankPreset, build_runs
+
+__all__ = [
+    "STUDY",
+    "VIT_FAST_STEPS",
+    "GradualRankPreset",
+    "ToyRun",
+    "active_counts",
+    "analyze",
+    "build_runs",
+    "build_toy",
+    "find_drops",
+    "plateaus",
+    "rescaled_time",
+    "switch_on_index",
+]

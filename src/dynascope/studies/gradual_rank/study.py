@@ -1,0 +1,137 @@
+"""Study ``gradual-rank`` (S10): presets and runs. Notes: ``docs/studies/gradual-rank.md``."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dynascope.config import RunConfig, validate_config
+from dynascope.studies.base import RunSpec, Study
+from dynascope.studies.engine_runs import engine_runner
+from dynascope.train import Loop
+
+from .analysis import analyze
+from .runs import ToyRun, build_toy, vit_runner
+
+__all__ = ["CLAIM", "SOURCE", "STUDY", "VIT_FAST_STEPS", "GradualRankPreset", "build_runs"]
+
+CLAIM = (
+    "Trained from a small init, a diagonal attention head learns in stages (in time units of "
+    "log(1/α)), each stage switching on at most one entry of W_QK and of W_OV; in a ViT trained "
+    "with Adam the per-head update ΔW_QK stays low-rank and its stable rank rises."
+)
+SOURCE = (
+    "Abbe, Boix-Adserà, Littwin, Bengio, Susskind, 'Transformers learn through gradual rank "
+    "increase', NeurIPS 2023, arXiv 2306.07042"
+)
+
+
+class GradualRankPreset(BaseModel):
+    """A preset: the toy (``toy_seeds`` runs of it) and the ViT (``vit_seeds`` runs)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    toy: ToyRun
+    toy_seeds: int = Field(3, ge=1)
+    vit: RunConfig
+    vit_seeds: int = Field(1, ge=1)
+
+
+def _toy_loop(steps: int, log_every: int = 1) -> Loop:
+    return Loop(
+        steps=steps,
+        log_every=log_every,
+        checkpoint_every=max(1, steps // 2),
+        keep_checkpoints=1,
+        dtype="float64",
+    )
+
+
+def _vit_run(
+    *, n_layers: int, d_model: int, n_heads: int, steps: int, points: int = 30
+) -> RunConfig:
+    return validate_config(
+        {
+            "name": "vit",
+            "model": {
+                "name": "vit",
+                "n_layers": n_layers,
+                "d_model": d_model,
+                "n_heads": n_heads,
+                "d_mlp": 2 * d_model,
+                "pooling": "cls",
+            },
+            "task": {"name": "digits", "patch_size": 4},
+            "optimizer": {"name": "adam", "lr": 1e-3},
+            "train": {
+                "steps": steps,
+                "batch_size": 128,
+                "log_every": max(1, min(50, steps // 10)),
+                "eval_every": max(1, steps // 5),
+                "eval_batches": 3,
+                "checkpoint_every": max(1, steps // 2),
+            },
+            "monitor": {"probes": ["delta_spectrum"], "schedule": "log", "points": points},
+        }
+    )
+
+
+def smoke() -> GradualRankPreset:
+    """Plumbing only (seconds): toy n = d = 4, N = 32, α = 1e-2, 500 steps; ViT d_model 16."""
+    return GradualRankPreset(
+        toy=ToyRun(loop=_toy_loop(500), n_ctx=4, d_model=4, n_seq=32, alphas=[1e-2]),
+        vit=_vit_run(n_layers=2, d_model=16, n_heads=2, steps=20, points=8),
+    )
+
+
+# ViT steps for ``fast``, fixed once from a measured step time (not from any verdict): 6.9 ms of
+# CPU per step (docs/studies/gradual-rank.md, "Presets").
+VIT_FAST_STEPS = 8000
+
+
+def fast() -> GradualRankPreset:
+    """≤ 3 minutes on 2 CPU cores: the toy as specified (8,000 GD steps, 3 seeds) and the ViT
+    (:data:`VIT_FAST_STEPS` Adam steps, one seed)."""
+    return GradualRankPreset(
+        toy=ToyRun(loop=_toy_loop(8000)),
+        vit=_vit_run(n_layers=2, d_model=32, n_heads=2, steps=VIT_FAST_STEPS),
+    )
+
+
+def paper() -> GradualRankPreset:
+    """Closer to the paper (GPU): toy d = 16 with α down to 1e-4; ViT 6 layers, d_model 192,
+    3 heads (d_head 64), 3 seeds. Not run yet (step counts are guesses)."""
+    vit = _vit_run(n_layers=6, d_model=192, n_heads=3, steps=20_000, points=40)
+    vit = validate_config(vit.model_dump(mode="json"), ["device=cuda"])
+    return GradualRankPreset(
+        toy=ToyRun(loop=_toy_loop(20_000), d_model=16, alphas=[1e-1, 1e-2, 1e-3, 1e-4]),
+        vit=vit,
+        vit_seeds=3,
+    )
+
+
+def build_runs(preset: GradualRankPreset, seed: int = 0) -> list[RunSpec]:
+    """``toy_s{k}`` (every α in one run; run seed ``seed + k``) and ``vit_s{k}``."""
+    specs = [
+        RunSpec(
+            f"toy_s{k}",
+            preset.toy.model_copy(update={"seed": preset.toy.seed + seed + k}),
+            engine_runner(build_toy),
+        )
+        for k in range(preset.toy_seeds)
+    ]
+    base = preset.vit.model_dump(mode="json")
+    for k in range(preset.vit_seeds):
+        name = f"vit_s{k}"
+        cfg = validate_config(base, [f"name={name}", f"seed={preset.vit.seed + seed + k}"])
+        specs.append(RunSpec(name, cfg, vit_runner))
+    return specs
+
+
+STUDY = Study(
+    name="gradual-rank",
+    claim=CLAIM,
+    source=SOURCE,
+    presets={"smoke": smoke, "fast": fast, "paper": paper},
+    build_runs=build_runs,
+    analyze=analyze,
+)

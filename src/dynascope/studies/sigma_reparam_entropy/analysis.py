@@ -1,0 +1,222 @@
+"""σReparam analysis: collapse and instability of the baseline (judged apart), σReparam at the
+collapse LR, and the unit checks. Thresholds and rules: ``docs/studies/sigma-reparam-entropy.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from dynascope.store import Run
+from dynascope.studies.base import Analysis, Verdict
+from dynascope.studies.verdict import Control, Precondition, judge
+
+from .figures import GLOBAL, METHODS, MIN_HEAD, sweep_figures
+from .runs import DIFF_KEY, ERROR_KEY
+
+__all__ = ["METHODS", "analyze"]
+
+# Frozen thresholds (S12's proposals; see "Calibration" in the module docstring).
+COLLAPSE_FRACTION = 0.2  # final global entropy < 0.2·log T: collapsed
+KEEP_FRACTION = 0.5  # σReparam keeps global entropy > 0.5·log T at every logged step
+ACCURACY_MIN = 0.90  # σReparam's validation accuracy at LR*
+OSCILLATION_RATIO = 2.0  # tail mean train loss > 2× the minimum: oscillating
+TAIL_FRACTION = 0.1  # the tail: the last 10% of the steps
+DIVERGED_RATIO = 1e6  # the instability ratio of a diverged run (its own ratio is inf)
+U1_ATOL = 1e-6
+U2_RTOL = 0.01
+
+
+# -- analysis ---------------------------------------------------------------------------------
+def _series(run: Run, key: str):
+    return run.scalar(key).dropna()
+
+
+def _last(run: Run, key: str) -> float:
+    series = _series(run, key)
+    return float(series.iloc[-1]) if len(series) else float("nan")
+
+
+def _loss_unstable(run: Run) -> tuple[bool, float]:
+    """(unstable, tail mean / minimum of train.loss): diverged, non-finite, or tail > 2× min."""
+    loss = run.scalar("train.loss")
+    if run.status == "diverged" or (len(loss) and not np.isfinite(loss.to_numpy()).all()):
+        return True, float("inf")
+    if loss.empty:
+        return False, float("nan")
+    steps = int(run.config["train"]["steps"])
+    tail = loss[loss.index > steps * (1 - TAIL_FRACTION)]
+    if tail.empty:
+        tail = loss.iloc[-1:]
+    ratio = float(tail.mean() / loss.min()) if loss.min() > 0 else float("inf")
+    return ratio > OSCILLATION_RATIO, ratio
+
+
+def _row(run: Run) -> dict:
+    unstable, ratio = _loss_unstable(run)
+    entropy = _series(run, GLOBAL)
+    final = float(entropy.iloc[-1]) if len(entropy) else float("nan")
+    diverged_at = None
+    if run.status == "diverged":
+        events = run.events[run.events["kind"] == "diverged"]
+        diverged_at = int(events["step"].iloc[-1]) if len(events) else None
+    return {
+        "method": "sigma" if run.config["model"].get("sigma_reparam") else "baseline",
+        "lr": float(run.config["optimizer"]["lr"]),
+        "seed": int(run.config["seed"]),
+        "status": run.status,
+        "diverged_at": diverged_at,
+        "final_entropy/logT": final,
+        "min_entropy/logT": float(entropy.min()) if len(entropy) else float("nan"),
+        "final_min_head_entropy/logT": _last(run, MIN_HEAD),
+        "collapsed_heads": _last(run, "attn.collapsed_heads"),
+        "val.accuracy": _last(run, "val.accuracy"),
+        "train.loss_final": _last(run, "train.loss"),
+        "loss_tail/min": ratio,
+        "loss_unstable": unstable,
+        "collapsed": bool(final < COLLAPSE_FRACTION),  # entropy only (instability: apart)
+        "entropy_nan": bool(run.scalar(GLOBAL).isna().any()),
+    }
+
+
+def _analyze_units(run: Run) -> list[Verdict]:
+    diffs = _series(run, DIFF_KEY)
+    diff = float(diffs.iloc[0]) if len(diffs) else float("nan")  # step 0: at init
+    errors = _series(run, ERROR_KEY)
+    err = float(errors.iloc[-1]) if len(errors) else float("nan")
+    worst = float(errors.max()) if len(errors) else float("nan")
+    return [
+        Verdict(
+            "u1: σReparam nn.Linear equals the plain Linear at init (γ = σ₀)",
+            "max |SN(x) − Linear(x)| at init, float32",
+            diff,
+            U1_ATOL,
+            bool(diff <= U1_ATOL),
+            "measured <= threshold",
+        ),
+        Verdict(
+            "u2: the running σ tracks ‖W‖₂ under slow drift",
+            f"|σ_running / ‖W‖₂ − 1| after {len(errors)} drift steps",
+            err,
+            U2_RTOL,
+            bool(err <= U2_RTOL),
+            f"measured <= threshold; largest over the drift {worst:.2e}",
+        ),
+    ]
+
+
+def _by_lr(rows: list[dict], method: str) -> dict[float, list[dict]]:
+    out: dict[float, list[dict]] = {}
+    for row in sorted(rows, key=lambda r: (r["lr"], r["seed"])):
+        if row["method"] == method:
+            out.setdefault(row["lr"], []).append(row)
+    return out
+
+
+def _rule(values: list[float], passes) -> bool:
+    """The mean over seeds passes and >= 2/3 of the seeds pass (NaN fails)."""
+    if not values or any(math.isnan(v) for v in values):
+        return False
+    return bool(passes(float(np.mean(values)))) and 3 * sum(map(passes, values)) >= 2 * len(values)
+
+
+def _listing(group: list[dict], key: str) -> str:
+    return ", ".join(f"seed {r['seed']}: {r[key]:.3g}" for r in group)
+
+
+def _analyze_sweep(rows: list[dict]) -> list[Verdict]:
+    """e1-collapse, e1-instability and e2; every claim over the seeds of one (variant, LR)."""
+    baseline, sigma = _by_lr(rows, "baseline"), _by_lr(rows, "sigma")
+    if not baseline:
+        return []
+    collapses = lambda v: v < COLLAPSE_FRACTION  # noqa: E731
+    entropies = {lr: [r["final_entropy/logT"] for r in g] for lr, g in baseline.items()}
+    collapsed = [lr for lr, v in entropies.items() if _rule(v, collapses)]
+    lr_star = min(collapsed) if collapsed else None
+    high, low = max(baseline), min(baseline)
+    at = lr_star if lr_star is not None else high  # where instability and e2 are judged
+    note = f"LR* = {lr_star:g}" if lr_star is not None else "no swept LR collapses (no LR*)"
+    by_seed = lambda group, key: {r["seed"]: float(r[key]) for r in group}  # noqa: E731
+    e1 = judge(
+        claim="e1-collapse: the baseline's attention entropy collapses at a high LR (Adam, no "
+        "warmup)",
+        metric="baseline final global entropy / log T at the largest swept LR, per seed",
+        per_seed=by_seed(baseline[high], "final_entropy/logT"),
+        threshold=COLLAPSE_FRACTION,
+        direction="<=",
+        precondition=Precondition(
+            "the sweep has a low LR for the control below the high one",
+            met=low < high,
+            measured=high / low,
+        ),
+        control=Control(
+            f"the baseline at the smallest LR ({low:g}), the same entropy",
+            by_seed(baseline[low], "final_entropy/logT"),
+        ),
+        detail=note,
+    )
+    # a diverged run (ratio inf) is the clearest instability: counted as DIVERGED_RATIO, finite
+    ratios = {k: min(v, DIVERGED_RATIO) for k, v in by_seed(baseline[at], "loss_tail/min").items()}
+    e1b = judge(
+        claim="e1-instability: at LR* the baseline's loss is unstable (diverges or oscillates)",
+        metric="baseline train-loss mean over the last 10% of steps / its minimum at LR*, per "
+        f"seed (a diverged run counts {DIVERGED_RATIO:g})",
+        per_seed=ratios,
+        threshold=OSCILLATION_RATIO,
+        direction=">=",
+        precondition=Precondition(
+            "the baseline collapses at some swept LR (LR* exists)",
+            met=lr_star is not None,
+            measured=lr_star if lr_star is not None else math.nan,
+        ),
+        control=Control(
+            f"the baseline at the smallest LR ({low:g}), the same ratio",
+            {k: min(v, DIVERGED_RATIO) for k, v in by_seed(baseline[low], "loss_tail/min").items()},
+        ),
+        detail=f"judged at lr={at:g}; {note}",
+    )
+    group = sigma.get(at, [])
+    accuracy = {r["seed"]: float(r["val.accuracy"]) for r in group}
+    trains = bool(group) and 3 * sum(v >= ACCURACY_MIN for v in accuracy.values()) >= 2 * len(group)
+    finished = bool(group) and all(
+        r["status"] == "finished" and not r["entropy_nan"] for r in group
+    )
+    e2 = judge(
+        claim="e2: at LR*, σReparam keeps attention entropy high and trains to >= 90% accuracy",
+        metric="σReparam min over logged steps of global entropy / log T at LR*, per seed",
+        per_seed=by_seed(group, "min_entropy/logT"),
+        threshold=KEEP_FRACTION,
+        direction=">=",
+        precondition=Precondition(
+            f"LR* exists, and at it σReparam finishes and reaches val accuracy >= "
+            f"{ACCURACY_MIN} in >= 2/3 of the seeds",
+            met=lr_star is not None and finished and trains,
+            measured=float(np.mean(list(accuracy.values()))) if accuracy else math.nan,
+        ),
+        control=Control(
+            f"the baseline at lr={at:g}, its min entropy", by_seed(baseline[at], "min_entropy/logT")
+        ),
+        detail=f"at lr={at:g}; val accuracy per seed: "
+        + (", ".join(f"seed {k}: {v:.3g}" for k, v in sorted(accuracy.items())) or "none"),
+    )
+    return [e1, e1b, e2]
+
+
+def analyze(runs: dict[str, Run], figures: Path) -> Analysis:
+    """Verdicts e1-collapse, e1-instability, e2, u1, u2 from the stored runs; figures."""
+    verdicts: list[Verdict] = []
+    unit = runs.get("u_unit_checks")
+    train_runs = [run for name, run in sorted(runs.items()) if name != "u_unit_checks"]
+    rows = [_row(run) for run in train_runs]
+    verdicts += _analyze_sweep(rows)
+    if unit is not None:
+        verdicts += _analyze_units(unit)
+    order = sorted(range(len(rows)), key=lambda i: (rows[i]["lr"], rows[i]["method"]))
+    rows = [rows[i] for i in order]
+    train_runs = [train_runs[i] for i in order]
+    figs = (
+        sweep_figures(train_runs, rows, figures, COLLAPSE_FRACTION, KEEP_FRACTION) if rows else []
+    )
+    return Analysis(verdicts, figs, {"runs: entropy, loss and accuracy per variant and LR": rows})

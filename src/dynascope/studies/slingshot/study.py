@@ -1,0 +1,192 @@
+"""Study ``slingshot`` (S13): presets and runs. Notes: ``docs/studies/slingshot.md``."""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dynascope.config import RunConfig, validate_config
+from dynascope.studies.base import RunSpec, Study
+from dynascope.studies.engine_runs import engine_runner
+from dynascope.tasks.modular_arithmetic import equations
+from dynascope.train import Loop
+
+from .analysis import analyze
+from .runs import FcnRun, build, grokking_runner
+
+__all__ = ["CLAIM", "FAST_STEPS", "GROK_STEPS", "SOURCE", "STUDY", "SlingshotPreset", "build_runs"]
+
+CLAIM = (
+    "Long after fitting the training set, Adam (small ε) enters repeating slingshot cycles: the "
+    "last layer's norm grows fast, the training loss spikes, the norm levels off; a larger ε or "
+    "plain SGD removes them."
+)
+SOURCE = (
+    "Thilak, Littwin, Zhai, Saremi, Paiss, Susskind, 'The Slingshot Mechanism: An Empirical Study "
+    "of Adaptive Optimizers and the Grokking Phenomenon', NeurIPS 2022 workshop HITY, "
+    "arXiv 2206.04817"
+)
+
+
+class SlingshotPreset(BaseModel):
+    """A preset: the FCN (``hidden``, ``n_train``), the loop, the conditions and the seeds.
+
+    Each condition's seeds train as one ensemble (one ``group``): Adam at ``adam_eps`` (the
+    slingshot condition), Adam at each ``control_eps``, SGD at ``sgd_lr``; with ``float64`` the
+    slingshot condition again in float64 (is a cycle a float32 artefact?). ``grokking``: S13's
+    grokking run, one per seed (``paper``).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    loop: Loop
+    hidden: tuple[int, ...] = (64, 64)
+    n_train: int = Field(200, ge=10)
+    adam_eps: float = Field(1e-8, gt=0, description="ε of the slingshot run")
+    control_eps: list[float] = Field(default_factory=lambda: [1e-4], description="larger ε")
+    sgd_lr: float = Field(0.1, gt=0)
+    seeds: int = Field(3, ge=1, description="seeds per condition (seed, seed + 1, ...)")
+    float64: bool = Field(False, description="also the slingshot condition in float64")
+    grokking: RunConfig | None = Field(
+        None, description="S13's grokking run (modular arithmetic), one per seed; None: none"
+    )
+
+
+def _loop(steps: int, eval_every: int) -> Loop:
+    # log_every 10: train.loss and ||W_U|| are 10-step means (a spike of one step at ~10 nats
+    # over a ~1e-8 baseline stays ~1e8x above it); a checkpoint mid-way, at most 10k apart
+    return Loop(
+        steps=steps,
+        log_every=10,
+        eval_every=eval_every,
+        checkpoint_every=min(steps // 2, 10_000),
+        keep_checkpoints=1,
+    )
+
+
+def smoke() -> SlingshotPreset:
+    """Plumbing only (seconds): FCN 64-32-32-10 on 50 digits, 500 steps, 3 seeds."""
+    return SlingshotPreset(loop=_loop(500, 50), hidden=(32, 32), n_train=50)
+
+
+# Fixed from measured CPU time before any fast run (docs/studies/slingshot.md, "Scale").
+FAST_STEPS = 18_000
+
+
+def fast() -> SlingshotPreset:
+    """<= 3 minutes on 2 CPU cores: FCN 64-64-64-10, 3 conditions x 3 seeds, FAST_STEPS."""
+    return SlingshotPreset(loop=_loop(FAST_STEPS, 500))
+
+
+GROK_STEPS = 100_000  # S13: max_steps 1e5
+
+
+def _grokking_run(steps: int = GROK_STEPS) -> RunConfig:
+    """S13's reduced grokking variant: a + b mod 53, half the equations, a 1-layer transformer,
+    Adam β = (0.9, 0.98) without weight decay (every choice: docs/studies/slingshot.md)."""
+    p, train_fraction = 53, 0.5
+    n_train = round(len(equations(p, "+")) * train_fraction)  # 1404
+    return validate_config(
+        {
+            "name": "grok",
+            "device": "cuda",
+            "model": {
+                "name": "transformer",
+                "n_layers": 1,
+                "d_model": 128,
+                "n_heads": 4,
+                "d_mlp": 512,
+                "is_causal": True,
+            },
+            "task": {
+                "name": "modular_arithmetic",
+                "p": p,
+                "op": "+",
+                "train_fraction": train_fraction,
+                "split_seed": 0,
+            },
+            "optimizer": {
+                "name": "adam",
+                "lr": 1e-3,
+                "betas": [0.9, 0.98],
+                "eps": 1e-8,
+                "warmup_steps": 10,
+                "lr_schedule": "constant",
+            },
+            "train": {
+                "steps": steps,
+                "batch_size": min(512, math.ceil(n_train / 2)),
+                "log_every": 1,
+                "eval_every": 50,
+                "eval_batches": 4,
+                "checkpoint_every": 10_000,
+                "keep_checkpoints": 1,
+            },
+            "monitor": {"probes": ["last_layer_norm"], "schedule": "every", "every": 1},
+        }
+    )
+
+
+def paper() -> SlingshotPreset:
+    """S13's FCN (64-256-256-10) for 60k steps, 3 seeds, an ε sweep, the float64 control; and
+    the grokking run (g1, on the GPU)."""
+    return SlingshotPreset(
+        loop=_loop(60_000, 100),
+        hidden=(256, 256),
+        control_eps=[1e-6, 1e-5, 1e-4],
+        float64=True,
+        grokking=_grokking_run(),
+    )
+
+
+def _condition_name(optimizer: str, value: float, k: int, dtype: str = "float32") -> str:
+    """``adam_eps1e-08_s0``: optimizer, ε or lr, and the seed's index ``k`` (not its value, so
+    ``--seed`` moves the values and keeps the names); ``_f64`` for a float64 run."""
+    key = "eps" if optimizer == "adam" else "lr"
+    suffix = "_f64" if dtype == "float64" else ""
+    return f"{optimizer}_{key}{value:g}{suffix}_s{k}"
+
+
+def build_runs(preset: SlingshotPreset, seed: int = 0) -> list[RunSpec]:
+    """Per condition, one ensemble of ``preset.seeds`` members (run seeds ``seed + k``); every
+    condition's member k has the same init. With ``preset.grokking``, ``grok_adam_s{k}``."""
+    conditions = [("adam", eps, "float32") for eps in (preset.adam_eps, *preset.control_eps)]
+    conditions.append(("sgd", preset.sgd_lr, "float32"))
+    if preset.float64:
+        conditions.append(("adam", preset.adam_eps, "float64"))
+    runner = engine_runner(build)
+    specs = []
+    for optimizer, value, dtype in conditions:
+        loop = preset.loop.model_copy(update={"dtype": dtype})
+        group = _condition_name(optimizer, value, 0, dtype).removesuffix("_s0")
+        for k in range(preset.seeds):
+            config = FcnRun(
+                seed=seed + k,
+                loop=loop,
+                hidden=preset.hidden,
+                n_train=preset.n_train,
+                optimizer=optimizer,
+                **({"eps": value} if optimizer == "adam" else {"lr": value}),
+            )
+            specs.append(
+                RunSpec(_condition_name(optimizer, value, k, dtype), config, runner, group)
+            )
+    if preset.grokking is not None:
+        for k in range(preset.seeds):
+            name = f"grok_adam_s{k}"
+            grok = validate_config(
+                preset.grokking.model_dump(mode="json"), [f"name={name}", f"seed={seed + k}"]
+            )
+            specs.append(RunSpec(name, grok, grokking_runner))
+    return specs
+
+
+STUDY = Study(
+    name="slingshot",
+    claim=CLAIM,
+    source=SOURCE,
+    presets={"smoke": smoke, "fast": fast, "paper": paper},
+    build_runs=build_runs,
+    analyze=analyze,
+)
