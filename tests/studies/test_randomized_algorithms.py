@@ -241,3 +241,13 @@ def test_fast_has_the_colouring_arm_and_the_opt_in_and_paper_presets_build_their
     paper = [s.name for s in build_runs(STUDY.preset("paper"))]
     assert "grid_s4" in paper and "sweep_N20_q100_s4" in paper and "msweep_m16_s0" in paper
     assert "colour_n10_q5_s4" in paper
+
+
+def test_recall_must_be_learned_by_the_lq_model_too(tmp_path):
+    # fast, replicate 0 (measured): A^E_R 1.55 nats, A^q_R 2.98, A^q_r0 2.52 against 2.888
+    rows = _main_table(_planted(tmp_path, _GOOD))[1]
+    for row in rows:
+        row["train_loss"] = 2.98 if row["model"] == "lq_random" else 1.55
+    verdicts = _verdicts(rows)
+    assert [v.status for v in verdicts] == ["inconclusive"] * 3
+    assert verdicts[0].precondition.measured == pytest.approx(2.98)

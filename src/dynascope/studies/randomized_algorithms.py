@@ -30,11 +30,17 @@ seed (``replicates`` >= 3; rule: the mean passes and >= 2/3 of the seeds pass). 
 SYSTEMS.md S2's proposals, frozen before the first fast run; the preconditions (issue 19) were
 fixed from the task's arithmetic before the 3-seed runs:
 
-- "recall learned": A^E_R's final training loss (seed-averaged, summed over the b value bits)
-  <= (1 - k/(2N))·b·ln 2 on every seed (chance is b·ln 2; a model storing k of the N
-  associations, k = key size, lowers it by k/N of chance; half of that reduction is required;
+- "recall learned": every main model's final training loss (seed-averaged, summed over the b
+  value bits; A^E_R, A^q_R and A^q_r0) <= (1 - k/(2N))·b·ln 2 on every seed (chance is
+  b·ln 2; a model storing k of the N associations, k = key size, lowers it by k/N of chance;
+  half of that reduction is required;
   :func:`recall_loss_max`). N = 12, k = 4, b = 5: 2.888 nats. Issue 19's audit measured 2.98 at
-  fast: no randomized algorithm can appear before recall is learned.
+  fast: no randomized algorithm can appear before recall is learned. Measured 2026-12-02 (fast,
+  replicate 0 only, one thread, 129 s CPU for the three runs): A^E_R 1.55 (learned; success
+  0.487, V 1.5e-3), A^q_R 2.98 (not learned: success 0.285, V 1.6e-3), A^q_r0 2.52 (success
+  0.399): the precondition fails on A^q_R, so i-iii read inconclusive at fast; the Lq model,
+  not recall as such, is what fails to learn (the first version of this precondition checked
+  A^E_R only and was widened once this was seen, before any 3-seed verdict was read).
 - "the seed is used" (ii, iii): additionally V(A^q_R) >= 1e-3 on every seed.
 
 - i: V = mean_{i,b} Var_j sigmoid(logit_ijb) over the 30 eval seeds; per seed
@@ -400,12 +406,12 @@ def _verdicts(rows: list[dict]) -> list[Verdict]:
     """i-iii per training seed (replicate), with preconditions and controls (module docstring)."""
     nan = float("nan")
     seeds = sorted({r["seed"] for r in rows})
-    erm = _per_seed(rows, "erm_random", "train_loss")
     bound = next((r["recall_loss_max"] for r in rows), nan)
-    worst = max((erm.get(s, nan) for s in seeds), default=nan)
+    losses = [r["train_loss"] for r in rows if r["model"] in MAIN_MODELS]
+    worst = max(losses) if losses and all(math.isfinite(x) for x in losses) else nan
     learned = Precondition(
-        f"recall learned: A^E_R's final training loss <= (1 - k/(2N))·b·ln 2 = {bound:.3f} nats "
-        "on every seed (measured: the worst seed)",
+        f"recall learned: every model's final training loss (seed-averaged, A^E_R, A^q_R, "
+        f"A^q_r0) <= (1 - k/(2N))·b·ln 2 = {bound:.3f} nats on every seed (measured: the worst)",
         bool(worst <= bound),
         worst,
     )
