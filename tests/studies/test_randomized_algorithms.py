@@ -22,10 +22,11 @@ from dynascope.studies.randomized_algorithms import (
     analyze,
     build_runs,
     fast_with_colouring,
+    recall_loss_max,
 )
 
 
-def _planted(tmp_path, values: dict[str, dict[str, float]]):
+def _planted(tmp_path, values: dict[str, dict[str, float]], train_loss: float = 1.0):
     runs = {}
     for spec in build_runs(STUDY.preset("smoke")):
         if not spec.name.startswith("recall_"):
@@ -33,7 +34,7 @@ def _planted(tmp_path, values: dict[str, dict[str, float]]):
         model = spec.name.removeprefix("recall_").rsplit("_s", 1)[0]
         with RunStore(tmp_path / spec.name) as store:
             store.write_config(spec.config.model_dump(mode="json"))
-            store.log(1, {"train.success": 0.1})
+            store.log(1, {"train.success": 0.1, "train.mean_loss": train_loss})
             row = {f"eval.{k}": v for k, v in values[model].items()}
             row["eval.per_input_success"] = torch.linspace(0, 1, 50)
             store.log(10, row)
@@ -66,39 +67,60 @@ _GOOD = {
 
 def test_planted_values_pass_and_the_measured_numbers_are_reported(tmp_path):
     analysis = analyze(_planted(tmp_path, _GOOD), tmp_path)
-    assert [v.passed for v in analysis.verdicts] == [True, True, True]
+    assert [v.status for v in analysis.verdicts] == ["held"] * 3
     i, ii, iii = analysis.verdicts
-    assert i.measured == pytest.approx(0.02) and i.threshold == pytest.approx(1e-3)
+    assert i.seeds == (0, 1, 2)
+    assert i.measured == pytest.approx(0.02 / 1e-3) and i.threshold == pytest.approx(1.0)
+    assert [v.control.status for v in analysis.verdicts] == ["not held"] * 3
+    assert all(v.precondition.met for v in analysis.verdicts)
     assert ii.measured == pytest.approx(0.2)
     assert iii.measured == pytest.approx(0.3)
     assert all(p.exists() for p in analysis.figures)
 
 
 @pytest.mark.parametrize(
-    ("model", "key", "value", "failing"),
+    ("model", "key", "value", "expected"),
     [
-        ("erm_random", "predictive_variance", 5e-3, 0),  # ERM uses its seed: i fails
-        ("lq_random", "predictive_variance", 5e-5, 0),  # below 10 x V(ERM) = 1e-4 floor 1e-3
-        ("lq_random", "p5_success", 0.04, 1),  # gap 0.04 < 0.05
-        ("lq_random", "majority_success", 0.34, 2),  # gain 0.04 < 0.05
+        ("erm_random", "predictive_variance", 5e-3, ["not held", "held", "held"]),  # ERM uses it
+        # below the 1e-3 floor: i fails, and ii/iii lose their precondition (the seed is used)
+        ("lq_random", "predictive_variance", 5e-5, ["not held", "inconclusive", "inconclusive"]),
+        ("lq_random", "p5_success", 0.04, ["held", "not held", "held"]),  # gap 0.04 < 0.05
+        ("lq_random", "majority_success", 0.34, ["held", "held", "not held"]),  # gain 0.04
     ],
 )
-def test_each_claim_fails_on_its_own_planted_counterexample(tmp_path, model, key, value, failing):
+def test_each_claim_fails_on_its_own_planted_counterexample(tmp_path, model, key, value, expected):
     values = {m: dict(v) for m, v in _GOOD.items()}
     values[model][key] = value
-    passed = [v.passed for v in _verdicts(_main_table(_planted(tmp_path, values))[0])]
-    assert passed == [k != failing for k in range(3)]
+    statuses = [v.status for v in _verdicts(_main_table(_planted(tmp_path, values))[1])]
+    assert statuses == expected
+
+
+def test_unlearned_recall_makes_every_claim_inconclusive(tmp_path):
+    # smoke: N = 6, key size 2, b = 5: the bound is (1 - 2/12)·5·ln 2 = 2.888 nats
+    verdicts = _verdicts(_main_table(_planted(tmp_path, _GOOD, train_loss=3.0))[1])
+    assert [v.status for v in verdicts] == ["inconclusive"] * 3
+    assert verdicts[0].precondition.measured == pytest.approx(3.0)
+    assert "recall learned" in verdicts[0].reason
+
+
+def test_recall_loss_bound_is_the_half_capacity_reduction_of_chance():
+    assert recall_loss_max(12, 4, 5) == pytest.approx((1 - 4 / 24) * 5 * math.log(2))
+    assert recall_loss_max(4, 8, 5) == pytest.approx(0.5 * 5 * math.log(2))
 
 
 def test_missing_runs_give_nan_and_fail(tmp_path):
     analysis = analyze({}, tmp_path)
-    assert all(math.isnan(v.measured) and not v.passed for v in analysis.verdicts)
+    assert all(math.isnan(v.measured) and v.status == "inconclusive" for v in analysis.verdicts)
 
 
 def test_smoke_end_to_end(tmp_path):
     outcome = STUDY.run(preset="smoke", out=tmp_path)
     info = json.loads((tmp_path / "verdict.json").read_text())
-    assert [r["status"] for r in info["runs"]] == ["finished"] * 5
+    assert [r["status"] for r in info["runs"]] == ["finished"] * 11
+    for claim in info["claims"]:
+        assert len(claim["per_seed"]) == 3 and claim["control"]["status"] is not None
+        if not claim["precondition"]["met"]:
+            assert claim["status"] == "inconclusive"
     assert len(outcome.claims) == 3
     run = load_run(tmp_path / "runs" / "recall_lq_fixed_s0")
     assert run.config["random_seeds"] is False and run.config["m_seeds"] == 1
@@ -211,11 +233,21 @@ def test_colouring_and_grid_world_runners_finish_on_tiny_configs(tmp_path):
 def test_fast_has_the_colouring_arm_and_the_opt_in_and_paper_presets_build_their_runs():
     fast = STUDY.preset("fast")
     names = [s.name for s in build_runs(fast)]
-    assert names[3:] == ["colour_n8_q1_s0", "colour_n8_q10_s0"]
+    assert names[3:5] == ["colour_n8_q1_s0", "colour_n8_q10_s0"] and len(names) == 11
     assert fast.colouring.eval_all_cycles and fast.colouring.eval_seeds == 30
     names = [s.name for s in build_runs(fast_with_colouring())]
     assert names[:3] == ["recall_erm_random_s0", "recall_lq_random_s0", "recall_lq_fixed_s0"]
-    assert names[3:] == ["colour_n10_q1_s0", "colour_n10_q3_s0", "colour_n10_q10_s0"]
+    assert names[3:6] == ["colour_n10_q1_s0", "colour_n10_q3_s0", "colour_n10_q10_s0"]
     paper = [s.name for s in build_runs(STUDY.preset("paper"))]
     assert "grid_s4" in paper and "sweep_N20_q100_s4" in paper and "msweep_m16_s0" in paper
     assert "colour_n10_q5_s4" in paper
+
+
+def test_recall_must_be_learned_by_the_lq_model_too(tmp_path):
+    # fast, replicate 0 (measured): A^E_R 1.55 nats, A^q_R 2.98, A^q_r0 2.52 against 2.888
+    rows = _main_table(_planted(tmp_path, _GOOD))[1]
+    for row in rows:
+        row["train_loss"] = 2.98 if row["model"] == "lq_random" else 1.55
+    verdicts = _verdicts(rows)
+    assert [v.status for v in verdicts] == ["inconclusive"] * 3
+    assert verdicts[0].precondition.measured == pytest.approx(2.98)

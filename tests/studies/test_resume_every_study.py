@@ -24,7 +24,6 @@ NOT_YET_ON_ENGINE = {
     "compositional-icl-bottleneck",
     "hyla-fuzzy-logic",
     "hyper-ut-pvr",
-    "modular-teacher-student",
     "permuted-initialisations",
     "randomized-algorithms",
     "weight-decay-low-rank",

@@ -30,9 +30,7 @@ LEGACY_STUDIES = {
     "gradual-rank",
     "hyla-fuzzy-logic",
     "hyper-ut-pvr",
-    "modular-teacher-student",
     "permuted-initialisations",
-    "randomized-algorithms",
     "sigma-reparam-entropy",
     "weight-decay-low-rank",
 }

@@ -121,7 +121,7 @@ def fit_codes(
         else:  # the same arithmetic in place, fewer kernel launches
             with torch.no_grad():
                 m.mul_(b1).add_(g, alpha=1 - b1)
-                v.mul_(b2).addcmul_(g, g, value=1 - b2)
+                v.mul_(b2).add_(g * g, alpha=1 - b2)  # addcmul_ has no vmap rule
                 code = code.addcdiv(m, (v.sqrt() / root_bc2).add_(eps), value=-step_size)
     return code if second_order else code.detach()
 
