@@ -1,0 +1,1 @@
+"""Study hyla-fuzzy-logic (notes: docs/studies/hyla-fuzzy-logic.md)."""
