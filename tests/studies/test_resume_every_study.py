@@ -23,11 +23,9 @@ CHILD = Path(__file__).with_name("_kill_child.py")
 NOT_YET_ON_ENGINE = {
     "autoencoder-greedy-rank",
     "bottleneck-acceleration",
-    "compositional-icl-bottleneck",
     "fisher-kernel-low-rank",
     "gated-rnn-attention",
     "gradual-rank",
-    "hyla-fuzzy-logic",
     "hyper-ut-pvr",
     "modular-teacher-student",
     "mup-coordinate-check",

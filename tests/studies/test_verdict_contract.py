@@ -28,11 +28,9 @@ from dynascope.studies.base import PRESETS
 LEGACY_STUDIES = {
     "autoencoder-greedy-rank",
     "bottleneck-acceleration",
-    "compositional-icl-bottleneck",
     "fisher-kernel-low-rank",
     "gated-rnn-attention",
     "gradual-rank",
-    "hyla-fuzzy-logic",
     "hyper-ut-pvr",
     "modular-teacher-student",
     "ntk-lazy-validity",
