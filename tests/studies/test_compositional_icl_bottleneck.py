@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from dynascope import studies
 from dynascope.studies.compositional_icl_bottleneck.analysis import ID_FIT
@@ -72,3 +73,21 @@ def test_config_rejects_bad_values():
         CompositionalRunConfig(loop=loop, d_model=30, n_heads=4)
     with pytest.raises(ValueError, match="support"):
         CompositionalRunConfig(loop=loop, support="ring")
+
+
+def test_paper_runs_build_and_step():
+    """Every paper group (3 supports + unstructured, vanilla d_model 128, hyper 64) builds and
+    takes one loss step on the CPU (small eval sets)."""
+    from dynascope.studies.compositional_icl_bottleneck.runs import build_compositional
+    from dynascope.train import SeedStreams
+
+    groups = {}
+    for spec in build_runs(STUDY.preset("paper")):
+        groups.setdefault(spec.group, spec.config)
+    assert len(groups) == 8
+    for cfg in groups.values():
+        cfg = cfg.model_copy(update={"eval_sequences": 8, "batch_size": 4})
+        parts = build_compositional(cfg, SeedStreams(0))
+        loss = parts.loss(parts.model, parts.data(torch.Generator().manual_seed(0)))
+        loss.backward()
+        assert loss.ndim == 0 and torch.isfinite(loss)

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 from dynascope import studies
 from dynascope.store import load_run
@@ -122,3 +123,26 @@ def test_config_rejects_an_unknown_attention():
         FuzzyRunConfig(loop=loop, attention="hypa")
     with pytest.raises(ValueError, match="d_head"):
         FuzzyRunConfig(loop=loop, d_head=0)
+
+
+def test_paper_runs_build_and_step():
+    """Every distinct paper model (7 attention kinds at d_model 128; sRAVEN at 4 layers, 16
+    heads) builds from its config and takes one loss step (small eval sets, on the CPU)."""
+    from dynascope.studies.hyla_fuzzy_logic.runs import build_fuzzy
+    from dynascope.train import SeedStreams
+
+    seen = set()
+    for spec in build_runs(STUDY.preset("paper")):
+        if spec.group in seen:
+            continue
+        seen.add(spec.group)
+        small = {"eval_sequences": 8, "batch_size": 4}
+        if "n_features" not in spec.config.model_dump():
+            small["probe_sequences"] = 8
+        cfg = spec.config.model_copy(update=small)
+        build = build_sraven if spec.group.startswith("sraven") else build_fuzzy
+        parts = build(cfg, SeedStreams(0))
+        loss = parts.loss(parts.model, parts.data(torch.Generator().manual_seed(0)))
+        loss.backward()
+        assert loss.ndim == 0 and torch.isfinite(loss)
+    assert len(seen) == 7 + 3
