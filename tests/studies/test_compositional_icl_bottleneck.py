@@ -91,3 +91,38 @@ def test_paper_runs_build_and_step():
         loss = parts.loss(parts.model, parts.data(torch.Generator().manual_seed(0)))
         loss.backward()
         assert loss.ndim == 0 and torch.isfinite(loss)
+
+
+@pytest.mark.parametrize(
+    ("ood_hyper", "id_hyper", "probe_init", "status1", "status1b"),
+    [
+        (0.9, 0.95, 0.0, "held", "held"),  # OOD gap 0.4, ID gap 0.0, probe learned
+        (0.65, 0.95, 0.0, "not held", "held"),  # OOD gap 0.15 < 0.2
+        (0.9, 0.85, 0.0, "inconclusive", "inconclusive"),  # hyper ID fit < 0.9
+        (0.9, 0.95, 0.7, "held", "inconclusive"),  # z decodable before training: control
+    ],
+)
+def test_claim_status_on_hand_built_stores(
+    tmp_path, ood_hyper, id_hyper, probe_init, status1, status1b
+):
+    from dynascope.store import RunStore, load_run
+    from dynascope.studies.compositional_icl_bottleneck.analysis import analyze
+
+    runs = {}
+    for model in ("vanilla", "hyper"):
+        for i in range(3):
+            name = f"{model}_connectedplus_s{i}"
+            cfg = {"model": model, "support": "connected+", "train_split": "train",
+                   "seed": i, "n_layers": 1}  # fmt: skip
+            with RunStore(tmp_path / name) as store:
+                store.write_config(cfg)
+                store.log(0, {"probe.ood.L0.r2": probe_init})
+                hyper = model == "hyper"
+                store.log(10, {"id.r2": id_hyper if hyper else 0.95,
+                               "ood.r2": ood_hyper if hyper else 0.5,
+                               "probe.ood.L0.r2": 0.8})  # fmt: skip
+                store.set_status(10, "finished")
+            runs[name] = load_run(tmp_path / name)
+    v1, v1b = analyze(runs, tmp_path / "figures").verdicts
+    assert (v1.status, v1b.status) == (status1, status1b), (v1.reason, v1b.reason)
+    np.testing.assert_allclose(v1.per_seed, [ood_hyper - 0.5] * 3, atol=1e-12)

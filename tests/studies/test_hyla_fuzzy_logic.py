@@ -146,3 +146,39 @@ def test_paper_runs_build_and_step():
         loss.backward()
         assert loss.ndim == 0 and torch.isfinite(loss)
     assert len(seen) == 7 + 3
+
+
+def _fake_runs(tmp_path, test_r2, train_r2):
+    """Stores of finished runs with given final ``test.r2``/``train.r2`` (by run name)."""
+    from dynascope.store import RunStore
+
+    runs = {}
+    for name, test in test_r2.items():
+        attention = "hyla" if name.startswith("hyla") else "linear"
+        with RunStore(tmp_path / name) as store:
+            store.write_config({"attention": attention, "seed": 0, "n_layers": 1})
+            store.log(10, {"test.r2": test, "train.r2": train_r2[name], "ood.r2": -1.0})
+            store.set_status(10, "finished")
+        runs[name] = load_run(tmp_path / name)
+    return runs
+
+
+@pytest.mark.parametrize(
+    ("hyla", "twin", "fit", "status"),
+    [
+        (0.5, 0.3, 0.6, "held"),  # gap 0.2 per seed, twins within noise, both fit
+        (0.32, 0.3, 0.6, "not held"),  # gap 0.02 < 0.05
+        (0.5, 0.3, 0.3, "inconclusive"),  # both fit < 0.5: precondition fails
+        (0.5, 0.5, 0.6, "inconclusive"),  # the twins differ as much: the control holds
+    ],
+)
+def test_claim_status_on_hand_built_stores(tmp_path, hyla, twin, fit, status):
+    from dynascope.studies.hyla_fuzzy_logic.analysis import analyze
+
+    names = [f"{k}_s{i}" for k in ("hyla", "linear", "linear_twin") for i in range(3)]
+    base = {"hyla": hyla, "linear": 0.3, "linear_twin": twin}
+    test = {n: base[n.rsplit("_s", 1)[0]] + 0.001 * int(n[-1]) for n in names}
+    runs = _fake_runs(tmp_path / "runs", test, dict.fromkeys(names, fit))
+    (verdict,) = analyze(runs, tmp_path / "figures").verdicts
+    assert verdict.status == status, verdict.reason
+    np.testing.assert_allclose(verdict.per_seed, [hyla - 0.3] * 3, atol=1e-12)
