@@ -182,3 +182,18 @@ def test_claim_status_on_hand_built_stores(tmp_path, hyla, twin, fit, status):
     (verdict,) = analyze(runs, tmp_path / "figures").verdicts
     assert verdict.status == status, verdict.reason
     np.testing.assert_allclose(verdict.per_seed, [hyla - 0.3] * 3, atol=1e-12)
+
+
+def test_ensemble_members_equal_lone_runs_in_float64(tmp_path):
+    """HYLA under the engine's vmapped ensemble: member 1 of K = 2 ends with the metrics of its
+    lone run to 1e-10 (float64; the oracle is the lone run)."""
+    from dynascope.studies.hyla_fuzzy_logic.runs import build_fuzzy
+
+    base = STUDY.preset("smoke").base
+    loop = base.loop.model_copy(update={"steps": 6, "eval_every": 3, "dtype": "float64"})
+    cfgs = [base.model_copy(update={"loop": loop, "seed": s}) for s in (0, 1)]
+    run_members(build_fuzzy, cfgs, [tmp_path / "e0", tmp_path / "e1"])
+    run_members(build_fuzzy, cfgs[1], tmp_path / "lone")
+    ens, lone = load_run(tmp_path / "e1").scalars, load_run(tmp_path / "lone").scalars
+    assert list(ens.key) == list(lone.key) and list(ens.step) == list(lone.step)
+    np.testing.assert_allclose(ens.value.to_numpy(), lone.value.to_numpy(), rtol=1e-10, atol=1e-10)
