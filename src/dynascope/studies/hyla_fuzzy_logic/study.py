@@ -72,7 +72,8 @@ def smoke() -> HylaFuzzyLogicPreset:
 
 # Fixed once from the measured cost per sample (one thread, batch 128, seq 32, no position
 # bias, busy 2-core machine: HYLA ~0.8 ms, linear ~0.35 ms a sample and member), so the 9 runs
-# (3 HYLA, 3 linear, 3 linear twins) fit ~180 s of CPU; never from outcomes.
+# (3 HYLA, 3 linear, 3 linear twins) fit ~180 s of CPU (measured 2026-12-02: 198 s on a
+# loaded shared machine, notes); never from outcomes.
 FAST_STEPS = 300
 
 
