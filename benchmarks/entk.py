@@ -4,6 +4,8 @@ Run by hand (not part of the test suite)::
 
     python benchmarks/entk.py compare [--n 256] [--repeats 3] [--threads 1]
     python benchmarks/entk.py capacity [--threads 1]
+    python benchmarks/entk.py nt [--runs 3] [--repeats 5] [--implementations 1,2,3]
+        [--nt-python /work/venv-nt/bin/python]
 
 Results and how to read them: docs/benchmarks.md (section "eNTK").
 
@@ -30,6 +32,18 @@ x ~ N(0, I_32). Scalar output, so ``full``, ``trace`` and the Gram agree; the be
     N; the script checks that the measured peaks minus the kernel stay flat, takes a as their
     maximum, and solves a + 4 N^2 B = 8 GiB. An extrapolation from the memory model (running
     N = 46k would take days on a CPU: the cost grows like N^2 / chunk Jacobian blocks).
+(c) ``nt``: side by side with neural-tangents (run by hand, outside CI; needs a separate venv,
+    see docs/benchmarks.md). The MLP ``32 -> 512 -> 512 -> 10`` (same class, no bias, NTK
+    parametrization, float32) on 128 inputs; its weights and inputs are saved to an ``.npz``
+    that both sides load, so they compute the same function. dynascope:
+    ``empirical_ntk(strategy="structured")``, full ``[128, 128, 10, 10]`` and trace
+    ``[128, 128]`` kernels, one intra-op thread; neural-tangents: ``empirical_ntk_fn`` with
+    ``implementation`` 1, 2 and/or 3 (``benchmarks/entk_neural_tangents.py``, run by the venv's
+    python, one XLA thread), after a compile call. Each side runs in its own fresh process,
+    alternating, ``--runs`` times; each reports the median of ``--repeats`` calls. Reported:
+    both times per run, the ratio dynascope / neural-tangents' fastest implementation, and the
+    median ratio over runs; the kernels are checked against each other (relative max
+    difference; neural-tangents' trace is an average over outputs and is multiplied by 10).
 """
 
 from __future__ import annotations
@@ -143,18 +157,152 @@ def capacity(threads: int) -> None:
     print(f"(b) largest N within 8 GiB by that model (trace mode, float32): {n_max:,.0f}")
 
 
+NT_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "entk_neural_tangents.py")
+
+
+def _nt_weights(path: str) -> None:
+    """Save the MLP 32-512-512-10 (seed 0) and 128 inputs for both sides."""
+    import numpy as np
+
+    from dynascope.nn.mlp import MLP
+
+    g = torch.Generator().manual_seed(0)
+    model = MLP(32, 512, 10, depth=2, parametrization="ntk", generator=g)
+    x = torch.randn(128, 32, generator=g)
+    arrays = {k: v.detach().numpy() for k, v in model.named_parameters()}
+    np.savez(path, x=x.numpy(), **arrays)
+
+
+def _dynascope_child(path: str, repeats: int) -> None:
+    """Time the structured eNTK on the saved weights (one thread); print a JSON line."""
+    import numpy as np
+
+    from dynascope.nn.mlp import MLP
+    from dynascope.probes.kernels import empirical_ntk, empirical_ntk_memory, model_function
+
+    torch.set_num_threads(1)
+    data = np.load(path)
+    model = MLP(32, 512, 10, depth=2, parametrization="ntk")
+    with torch.no_grad():
+        for k, p in model.named_parameters():
+            p.copy_(torch.from_numpy(data[k]))
+    x = torch.from_numpy(data["x"])
+    fn, params = model_function(model)
+    estimate = empirical_ntk_memory(fn, params, x, mode="full")["structured"]
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    times, kernels = {}, {}
+    for mode in ("full", "trace"):
+        empirical_ntk(fn, params, x, mode=mode, strategy="structured")  # warm-up
+        if mode == "full":  # peak growth of the first full call (KiB on Linux)
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+        walls, cpus = [], []
+        for _ in range(repeats):
+            t0, c0 = time.perf_counter(), time.process_time()
+            K = empirical_ntk(fn, params, x, mode=mode, strategy="structured")
+            walls.append(time.perf_counter() - t0)
+            cpus.append(time.process_time() - c0)
+        times[mode] = statistics.median(walls)
+        times[mode + "/cpu"] = statistics.median(cpus)
+        kernels[mode] = K.numpy()
+    np.savez(path.replace(".npz", ".dyn.npz"), **kernels)
+    memory = {"estimate_mib": estimate / 2**20, "peak_growth_mib": peak / 1024}
+    print(json.dumps({"times": times, "memory": memory}))
+
+
+def neural_tangents(runs: int, repeats: int, implementations: str, nt_python: str) -> None:
+    import tempfile
+
+    import numpy as np
+
+    _header(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "mlp.npz")
+        _nt_weights(path)
+        rows = []
+        for run in range(runs):
+            cmd = [sys.executable, __file__, "dyn-child", path, str(repeats)]
+            dyn = json.loads(
+                subprocess.run(cmd, check=True, capture_output=True, text=True)
+                .stdout.strip()
+                .splitlines()[-1]
+            )
+            env = {**os.environ, "OMP_NUM_THREADS": "1", "NT_IMPLEMENTATIONS": implementations}
+            out = subprocess.run(
+                [nt_python, NT_SCRIPT, path, str(repeats)],
+                check=True,
+                capture_output=True,
+                text=True,
+                env=env,
+            ).stdout
+            nt = json.loads(out.strip().splitlines()[-1])
+            rows.append((dyn["times"], nt["times"]))
+            mem = dyn["memory"]
+            print(
+                f"run {run + 1}: load avg {os.getloadavg()[0]:.1f}; jax {nt['jax']}, "
+                f"neural-tangents {nt['neural_tangents']}; structured full: memory estimate "
+                f"{mem['estimate_mib']:.1f} MiB, peak growth {mem['peak_growth_mib']:.1f} MiB"
+            )
+        ours = np.load(path.replace(".npz", ".dyn.npz"))
+        theirs = np.load(path.replace(".npz", ".nt.npz"))
+        for mode in ("full", "trace"):
+            ref = ours[mode]
+            for key in theirs.files:
+                if key.endswith(mode):
+                    err = np.abs(theirs[key] - ref).max() / np.abs(ref).max()
+                    print(
+                        f"values {mode}: neural-tangents implementation {key[0]} vs dynascope: "
+                        f"relative max difference {err:.1e}"
+                    )
+    impls = implementations.split(",")
+    print("seconds per call (median of repeats), wall / CPU")
+    print(
+        f"{'mode':<7}{'run':>4}{'dynascope':>18}"
+        + "".join(f"{'nt impl ' + i:>18}" for i in impls)
+        + f"{'ratio wall':>12}{'ratio CPU':>11}"
+    )
+    for mode in ("full", "trace"):
+        ratios, cpu_ratios = [], []
+        for run, (dyn, nt) in enumerate(rows):
+            best = min(impls, key=lambda i: nt[f"{i}/{mode}"])
+            ratios.append(dyn[mode] / nt[f"{best}/{mode}"])
+            cpu_ratios.append(dyn[mode + "/cpu"] / nt[f"{best}/{mode}/cpu"])
+            cells = [
+                f"{d[0]:.4f} / {d[1]:.4f}"
+                for d in [(dyn[mode], dyn[mode + "/cpu"])]
+                + [(nt[f"{i}/{mode}"], nt[f"{i}/{mode}/cpu"]) for i in impls]
+            ]
+            print(
+                f"{mode:<7}{run + 1:>4}"
+                + "".join(f"{c:>18}" for c in cells)
+                + f"{ratios[-1]:>12.2f}{cpu_ratios[-1]:>11.2f}"
+            )
+        print(
+            f"{mode}: median ratio dynascope / neural-tangents fastest: wall "
+            f"{statistics.median(ratios):.2f}, CPU {statistics.median(cpu_ratios):.2f}"
+        )
+    print(f"load avg after: {os.getloadavg()[0]:.1f}")
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "child":
         _child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
         return
+    if len(sys.argv) > 1 and sys.argv[1] == "dyn-child":
+        _dynascope_child(sys.argv[2], int(sys.argv[3]))
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=["compare", "capacity"])
+    parser.add_argument("what", choices=["compare", "capacity", "nt"])
     parser.add_argument("--n", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--implementations", default="1,2,3")
+    parser.add_argument("--nt-python", default="/work/venv-nt/bin/python")
     args = parser.parse_args()
     if args.what == "compare":
         compare(args.n, args.repeats, args.threads)
+    elif args.what == "nt":
+        neural_tangents(args.runs, args.repeats, args.implementations, args.nt_python)
     else:
         capacity(args.threads)
 

@@ -244,3 +244,138 @@ def test_cuda_without_cuda_is_bad_input(tiny_config: Path, tmp_path: Path):
     assert result.exit_code == 2
     assert re.search(r"^error: device: cuda is not available here", result.stderr)
     assert not out.exists()
+
+
+# -- issue 21: start-up, --version, python -m, --set pairs, widths, show --follow, smoke label --
+def _python(*args: str, **env: str) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, **env},
+    )
+
+
+def test_the_cli_module_and_the_package_do_not_import_torch():
+    # --help and `study list` must start without torch (timed in benchmarks/cli_startup.py)
+    code = (
+        "import sys, dynascope, dynascope.cli\n"
+        "from typer.testing import CliRunner\n"
+        "r = CliRunner().invoke(dynascope.cli.app, ['study', 'list'])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))"
+    )
+    proc = _python("-c", code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_version_and_python_dash_m_dynascope():
+    from dynascope import __version__
+
+    assert invoke("--version").stdout == f"dynascope {__version__}\n"
+    proc = _python("-m", "dynascope", "--version")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"dynascope {__version__}\n"
+    helped = _python("-m", "dynascope", "--help")
+    assert helped.returncode == 0 and re.search(r"\binspect\b", helped.stdout), helped.stdout
+
+
+def test_study_list_fits_100_columns_when_piped():
+    proc = _python("-m", "dynascope", "study", "list", COLUMNS="")
+    assert proc.returncode == 0, proc.stderr
+    widths = [len(line) for line in proc.stdout.splitlines()]
+    assert max(widths) <= 100, max(widths)
+    assert "weight-decay-low-rank" in proc.stdout
+
+
+def test_study_catalog_matches_the_registry():
+    from dynascope._study_catalog import CATALOG, live_catalog
+
+    # on failure: regenerate with `python -m dynascope._study_catalog`
+    assert CATALOG == live_catalog()
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["--set", "train.steps=4", "model.n_heads=2"],
+        ["--set", "train.steps=4", "--set", "model.n_heads=2"],
+        ["--set=train.steps=4", "model.n_heads=2"],
+    ],
+)
+def test_set_takes_several_pairs(tiny_config: Path, words: list[str]):
+    result = invoke("config", "validate", tiny_config, *words)
+    assert result.exit_code == 0, result.output
+    assert "  steps: 4\n" in result.stdout and "  n_heads: 2\n" in result.stdout
+
+
+def test_set_pairs_stop_at_the_next_option_or_a_plain_word():
+    from dynascope.cli import _split_set_pairs
+
+    assert _split_set_pairs(["run", "--set", "a=1", "b=2", "cfg.yaml", "--out", "x=y"]) == [
+        "run", "--set", "a=1", "--set", "b=2", "cfg.yaml", "--out", "x=y"
+    ]  # fmt: skip
+
+
+def test_show_follow_stops_at_a_final_status_or_the_timeout(finished_run: Path, tmp_path: Path):
+    from dynascope.store import RunStore
+
+    followed = invoke("show", finished_run, "--follow", "--interval", "0.05")
+    assert followed.exit_code == 0, followed.output
+    assert "run: finished, step 6" in followed.stdout
+    assert re.search(r"^\S+ val\.loss\s+\S+\s+6\s", followed.stdout, re.MULTILINE)
+
+    live = tmp_path / "live"
+    with RunStore(live) as store:  # a run still going: no status yet
+        store.log(3, {"train.loss": 1.25})
+        store.flush()
+        result = invoke("show", live, "--follow", "--interval", "0.05", "--timeout", "0.3")
+    assert result.exit_code == 0, result.output
+    assert "live: running, step 3" in result.stdout
+    assert "1.25" in result.stdout
+
+
+def test_report_leaves_no_wal_files(finished_run: Path):
+    assert invoke("report", finished_run).exit_code == 0
+    assert invoke("show", finished_run).exit_code == 0
+    leftovers = sorted(p.name for p in finished_run.iterdir() if p.name.endswith(("-wal", "-shm")))
+    assert leftovers == []
+
+
+def test_compare_shows_config_differences(tiny_config: Path, tmp_path: Path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert invoke("run", tiny_config, "--out", a, "--no-progress").exit_code == 0
+    made = invoke("run", tiny_config, "--out", b, "--no-progress", "--set", "train.batch_size=5")
+    assert made.exit_code == 0, made.output
+    result = invoke("compare", a, b)
+    assert result.exit_code == 0, result.output
+    assert "config differences" in result.stdout
+    row = next(line for line in result.stdout.splitlines() if "train.batch_size" in line)
+    assert re.search(r"train\.batch_size\s*│\s*4\s*│\s*5", row), row
+    same = invoke("compare", a, a)
+    assert "configs: identical" in same.stdout
+
+
+def test_progress_bar_shows_no_nan_before_the_first_loss():
+    from rich.console import Console
+
+    from dynascope.train._runtime import progress_bar
+
+    progress, task_id = progress_bar(True, "tiny", 10, 0)
+    try:
+        console = Console(width=120, record=True, file=open("/dev/null", "w"))
+        console.print(progress.make_tasks_table(progress.tasks))
+        before = console.export_text()
+        progress.update(task_id, completed=5, loss=f"{1.5:.4f}")
+        console.print(progress.make_tasks_table(progress.tasks))
+        after = console.export_text()
+    finally:
+        progress.stop()
+        console.file.close()
+    assert "loss -" in before and "nan" not in before
+    assert "loss 1.5000" in after

@@ -239,3 +239,24 @@ def test_study_run_prints_status_spread_control_and_why_inconclusive(stub_regist
     data = json.loads((out / "verdict.json").read_text())
     assert data["seed"] == 7 and data["status"] == "inconclusive"
     assert data["claims"][0]["control"]["status"] == "inconclusive"  # two seeds: not judged
+
+
+def test_smoke_verdicts_are_labelled_plumbing_checks(stub_registry, tmp_path):
+    out = tmp_path / "s"
+    result = invoke("study", "run", "stub-a", "--preset", "smoke", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert "smoke: plumbing check, not a scientific result" in result.stdout
+    assert "smoke: plumbing check, not a scientific result" in (out / "report.html").read_text()
+    again = invoke("report", out)
+    assert "smoke: plumbing check, not a scientific result" in again.stdout
+
+
+def test_compare_two_studies_lists_their_runs_config_differences(stub_registry, tmp_path):
+    for seed in (0, 1):
+        out = tmp_path / f"s{seed}"
+        result = invoke("study", "run", "stub-a", "--preset", "smoke", "--seed", seed, "--out", out)
+        assert result.exit_code == 0, result.output
+    result = invoke("compare", tmp_path / "s0", tmp_path / "s1")
+    assert result.exit_code == 0, result.output
+    assert "config differences" in result.stdout
+    assert re.search(r"r0_ok/seed\s*│\s*\d+\s*│\s*\d+", result.stdout), result.stdout

@@ -55,6 +55,25 @@ def test_monitor_runs_probes_only_when_due():
     assert sink.rows == [(0, {"count": 1.0}), (3, {"count": 2.0}), (6, {"count": 3.0})]
 
 
+def test_monitor_hands_its_loss_to_the_probes():
+    seen = []
+
+    class _LossReader(Probe):
+        name = "loss_reader"
+
+        def measure(self, model, ctx: ProbeContext):
+            seen.append(ctx.loss)
+            return {}
+
+    def loss(output, batch):
+        return output.sum()
+
+    model = torch.nn.Linear(2, 1)
+    Monitor(model, [_LossReader()], EveryN(1), _ListSink(), loss=loss).step(0)
+    Monitor(model, [_LossReader()], EveryN(1), _ListSink()).step(0)
+    assert seen == [loss, None]
+
+
 def test_colliding_probe_keys_are_an_error_naming_both_probes():
     """Issue 20: two QK spectra with different abs_tol both emit ``qk.mean.rank_abs``; the
     second silently overwrote the first (6.0 logged where the first measured 8.0)."""

@@ -111,3 +111,94 @@ def test_checkpoint_with_pickled_callable_is_refused(tmp_path):
 def test_unknown_status_raises(tmp_path):
     with RunStore(tmp_path) as store, pytest.raises(ValueError, match="status must be one of"):
         store.set_status(0, "exploded")
+
+
+def test_scalars_carry_parsed_layer_head_and_metric(tmp_path):
+    import pandas as pd
+
+    with RunStore(tmp_path) as store:
+        store.log(
+            0, {"L0.H3.qk.effective_rank": 2.0, "L1.attn.mean.entropy": 0.5, "train.loss": 1.0}
+        )
+    scalars = load_run(tmp_path).scalars
+    assert list(scalars.columns) == ["step", "key", "value", "layer", "head", "metric"]
+    rows = scalars.set_index("key")
+    assert rows.loc["L0.H3.qk.effective_rank", ["layer", "head", "metric"]].tolist() == [
+        0,
+        3,
+        "qk.effective_rank",
+    ]
+    assert rows.loc["L1.attn.mean.entropy", "layer"] == 1
+    assert rows.loc["L1.attn.mean.entropy", "head"] is pd.NA
+    assert (
+        rows.loc["train.loss", "layer"] is pd.NA
+        and rows.loc["train.loss", "metric"] == "train.loss"
+    )
+    assert str(scalars["layer"].dtype) == "Int64" and str(scalars["head"].dtype) == "Int64"
+
+
+def test_empty_run_has_the_parsed_columns(tmp_path):
+    RunStore(tmp_path).close()
+    scalars = load_run(tmp_path).scalars
+    assert list(scalars.columns) == ["step", "key", "value", "layer", "head", "metric"]
+    assert scalars.empty
+
+
+def test_load_study_has_every_run_with_its_flattened_config(tmp_path):
+    import json
+
+    from dynascope import load_study
+
+    study = tmp_path / "study"
+    configs = {
+        "lr-0.1": {"optimizer": {"lr": 0.1, "betas": [0.9, 0.99]}, "seed": 0},
+        "lr-0.3": {"optimizer": {"lr": 0.3, "betas": [0.9, 0.99]}, "seed": 1, "step": 7},
+    }
+    for name, config in configs.items():
+        with RunStore(study / "runs" / name) as store:
+            store.write_config(config)
+            store.set_status(0, "running")
+            store.log(0, {"L0.H1.qk.effective_rank": config["optimizer"]["lr"]})
+            store.log(2, {"train.loss": 2 * config["optimizer"]["lr"]})
+            store.set_status(2, "finished")
+    with RunStore(study / "runs" / "no-config") as store:  # its config is in the manifest
+        store.log(0, {"train.loss": 5.0})
+    (study / "study.json").write_text(json.dumps({"runs": {"no-config": {"seed": 9}}}))
+    (study / "runs" / "not-a-run").mkdir()
+
+    frame = load_study(study)
+    assert list(frame.columns[:8]) == [
+        "run",
+        "status",
+        "step",
+        "key",
+        "value",
+        "layer",
+        "head",
+        "metric",
+    ]
+    assert sorted(frame["run"].unique()) == ["lr-0.1", "lr-0.3", "no-config"]
+    first = frame[(frame["run"] == "lr-0.3") & (frame["key"] == "L0.H1.qk.effective_rank")].iloc[0]
+    assert first["value"] == 0.3 and first["layer"] == 0 and first["head"] == 1
+    assert first["optimizer.lr"] == 0.3 and first["optimizer.betas"] == (0.9, 0.99)
+    assert first["config.step"] == 7 and first["status"] == "finished"  # 'step' is a column
+    loss = frame[frame["key"] == "train.loss"].set_index("run")
+    assert loss["seed"].to_dict() == {"lr-0.1": 0, "lr-0.3": 1, "no-config": 9}
+    assert loss.loc["no-config", "status"] is None and pd_isna(
+        loss.loc["no-config", "optimizer.lr"]
+    )
+    # a directory of runs without runs/ works the same
+    assert len(load_study(study / "runs")) == len(frame)
+
+
+def pd_isna(value):
+    import pandas as pd
+
+    return bool(pd.isna(value))
+
+
+def test_load_study_without_runs_raises(tmp_path):
+    from dynascope import load_study
+
+    with pytest.raises(FileNotFoundError, match="no run directories"):
+        load_study(tmp_path)

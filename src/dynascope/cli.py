@@ -43,6 +43,7 @@ class _OneLineErrors(TyperGroup):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         warnings.showwarning = _warning_line
+        args = _split_set_pairs(sys.argv[1:] if args is None else list(args))
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
@@ -55,6 +56,24 @@ class _OneLineErrors(TyperGroup):
             err_console.print("aborted", markup=False, highlight=False)
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def _split_set_pairs(args: list[str]) -> list[str]:
+    """``--set a=1 b=2`` -> ``--set a=1 --set b=2``: every ``KEY=VALUE`` word after ``--set``
+    (up to the next option or a word without ``=``) is one more override."""
+    out: list[str] = []
+    in_set = False
+    for arg in args:
+        if arg == "--":
+            in_set = False
+        elif arg == "--set" or arg.startswith("--set="):
+            in_set = True
+        elif in_set and out[-1] != "--set" and "=" in arg and not arg.startswith("-"):
+            out.append("--set")
+        elif out and out[-1] != "--set":
+            in_set = False
+        out.append(arg)
+    return out
 
 
 def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:
@@ -73,6 +92,36 @@ study_app = typer.Typer(help="List and run studies (published findings).", no_ar
 config_app = typer.Typer(help="Check run configs.", no_args_is_help=True)
 app.add_typer(study_app, name="study")
 app.add_typer(config_app, name="config")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from dynascope import __version__
+
+        console.print(f"dynascope {__version__}", markup=False, highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _main_options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="print the version and exit", callback=_print_version, is_eager=True
+        ),
+    ] = False,
+) -> None:
+    """Instruments and re-runnable studies for the science of training dynamics."""
+
+
+SMOKE_NOTE = "smoke: plumbing check, not a scientific result"
+"""Printed beside every smoke-preset verdict: smoke runs are seconds long, their numbers mean
+nothing about the claim."""
+
+
+def _smoke_note(preset: str) -> None:
+    if preset == "smoke":
+        console.print(SMOKE_NOTE, style="yellow", markup=False, highlight=False)
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
@@ -117,7 +166,10 @@ def run(
             "--out", help="run directory to create [default: a new runs/NAME, runs/NAME-2, ...]"
         ),
     ] = None,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="override: a.b=value")] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="overrides: --set a.b=1 c=2 (or repeat --set)"),
+    ] = None,
     device: Annotated[
         str | None, typer.Option(help="auto | cpu | cuda [default: the config's device]")
     ] = None,
@@ -211,18 +263,59 @@ def _report_result(result) -> None:
     )
 
 
+_FINAL_STATUSES = ("finished", "diverged", "interrupted", "failed")
+
+
 @app.command()
-def show(run_dir: Annotated[Path, typer.Argument(help="run directory")]) -> None:
-    """Summary table of a run: status and the last value of every scalar."""
+def show(
+    run_dir: Annotated[Path, typer.Argument(help="run directory")],
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="keep the table live until the run ends")
+    ] = False,
+    interval: Annotated[float, typer.Option(help="seconds between reads, with --follow")] = 2.0,
+    timeout: Annotated[
+        float | None, typer.Option(help="stop following after this many seconds")
+    ] = None,
+) -> None:
+    """Summary table of a run: status and the last value of every scalar.
+
+    With --follow, the table is re-read every --interval seconds until the run's status is
+    final (finished, diverged, interrupted), --timeout passes, or Ctrl-C.
+    """
+    import time
+
+    from rich.live import Live
+
+    if interval <= 0:
+        _fail(f"--interval: must be > 0 (got {interval})")
+    r = _read_run(run_dir)
+    if not follow:
+        console.print(_run_table(r))
+        return
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with contextlib.suppress(KeyboardInterrupt), Live(_run_table(r), console=console) as live:
+        while r.status not in _FINAL_STATUSES:
+            if deadline is not None and time.monotonic() + interval > deadline:
+                break
+            time.sleep(interval)
+            r = _read_run(run_dir)
+            live.update(_run_table(r))
+
+
+def _read_run(run_dir: Path):
     from dynascope.store import load_run
 
     try:
-        r = load_run(run_dir)
+        return load_run(run_dir)
     except FileNotFoundError as err:
         _fail(f"RUN_DIR: {err}")
     except _db_errors() as err:
         _fail(f"RUN_DIR: {str(run_dir)!r}: metrics.sqlite is not readable ({err})")
-    table = Table(title=f"{r.name}: {r.status}")
+
+
+def _run_table(r) -> Table:
+    last_step = "" if r.scalars.empty else f", step {int(r.scalars['step'].max())}"
+    table = Table(title=f"{r.name}: {r.status or 'running'}{last_step}")
     table.add_column("key")
     table.add_column("step", justify="right")
     table.add_column("value", justify="right")
@@ -232,7 +325,7 @@ def show(run_dir: Annotated[Path, typer.Argument(help="run directory")]) -> None
             if key.startswith("L") and ".H" in key:  # per-head rows: see `dynascope report`
                 continue
             table.add_row(key, str(step), f"{value:.6g}")
-    console.print(table)
+    return table
 
 
 @app.command()
@@ -260,32 +353,39 @@ def _report_study(directory: Path) -> None:
         study = studies.get(info["study"])
     except ValueError as err:
         _fail(f"DIR: {err}")
-    _print_verdicts(study.reanalyze(directory, run_reports=True))
+    outcome = study.reanalyze(directory, run_reports=True)
+    _print_verdicts(outcome)
+    _smoke_note(outcome.preset)
 
 
 @study_app.command("list")
 def study_list() -> None:
     """List the registered studies."""
-    from dynascope import studies
+    from dynascope._study_catalog import CATALOG, live_catalog
 
+    # a fresh process reads the generated catalog (importing the studies means importing torch);
+    # where the registry is loaded already (a notebook, a test), it reads the registry itself
+    rows = live_catalog() if "dynascope.studies" in sys.modules else CATALOG
     table = Table()
-    table.add_column("study", overflow="fold")
-    table.add_column("presets")
-    table.add_column("claim")
-    for name in studies.names():
-        s = studies.get(name)
-        table.add_row(name, ", ".join(s.presets), s.claim)
-    _print_table(table)
+    table.add_column("study", no_wrap=True)
+    table.add_column("presets", no_wrap=True)
+    table.add_column("claim")  # wraps: the table fits the terminal (100 columns when piped)
+    for name, presets, claim in rows:
+        table.add_row(name, ", ".join(presets), claim)
+    _print_table(table, max_width=100)
 
 
-def _print_table(table: Table) -> None:
+def _print_table(table: Table, max_width: int | None = None) -> None:
     """Print ``table``; when stdout is not a terminal (a pipe, a file) and ``COLUMNS`` is not
-    set, as wide as its content needs rather than 80 columns, so no name is ever cut."""
+    set, as wide as its content needs rather than 80 columns (at most ``max_width`` when given:
+    columns that may wrap then wrap), so no name is ever cut."""
     if console.is_terminal or "COLUMNS" in os.environ:
         console.print(table)
         return
     wide = console.options.update_width(10_000)
     width = max(console.width, console.measure(table, options=wide).maximum)
+    if max_width is not None:
+        width = min(width, max(max_width, console.measure(table, options=wide).minimum))
     Console(width=width).print(table)
 
 
@@ -412,6 +512,7 @@ def _run_one_study(name, preset, out, seed, executor, device, fresh, progress) -
         )
         raise typer.Exit(EXIT_SIGNAL.get(err.signal, 130)) from None
     _print_verdicts(outcome)
+    _smoke_note(outcome.preset)
     console.print(
         f"wrote {out / 'verdict.json'}, {out / 'report.html'}, {out / 'figures'}/",
         markup=False,
@@ -505,13 +606,58 @@ def study_table(
     console.print(f"wrote {output}", markup=False, highlight=False)
 
 
+@study_app.command("docs")
+def study_docs(
+    suite_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--dir",
+            help="where `study run --all` wrote the studies (their verdicts and figures go "
+            "on the pages; without it the pages say that no verdict is stored)",
+        ),
+    ] = None,
+    output: Annotated[Path, typer.Option(help="folder of the study pages")] = Path("docs/studies"),
+    preset: Annotated[str, typer.Option(help="smoke | fast | paper")] = "fast",
+) -> None:
+    """Write one docs page per study, OUTPUT/NAME.md, generated from the study.
+
+    Only the part between the generated:start and generated:end markers is rewritten.
+    """
+    from dynascope import studies
+    from dynascope.report.study_page import check_page, write_study_page
+
+    if preset not in ("smoke", "fast", "paper"):
+        _fail(f"--preset: must be one of smoke, fast, paper (got {preset!r})")
+    if suite_dir is not None and not suite_dir.is_dir():
+        _fail(f"--dir: {str(suite_dir)!r} is not a directory")
+    if output.exists() and not output.is_dir():
+        _fail(f"--output: {str(output)!r} is not a directory")
+    names = studies.names()
+    try:
+        for name in names:  # every page is checked before any is written
+            check_page(output / f"{name}.md")
+    except ValueError as err:
+        _fail(str(err))
+    measured = 0
+    for name in names:
+        write_study_page(studies.get(name), output, suite_dir=suite_dir, preset=preset)
+        if suite_dir is not None and (suite_dir / f"{name}-{preset}" / "verdict.json").is_file():
+            measured += 1
+    console.print(
+        f"wrote {len(names)} study pages to {output} ({measured} with {preset} verdicts)",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 @app.command()
 def compare(
     dir_a: Annotated[Path, typer.Argument(help="run or study directory")],
     dir_b: Annotated[Path, typer.Argument(help="run or study directory of the same kind")],
 ) -> None:
-    """Print two runs' (or two studies') metrics side by side, with B - A."""
-    from dynascope.report.compare import compare_dirs
+    """Print two runs' (or two studies') metrics side by side, then their config differences."""
+    from dynascope.report.compare import compare_dirs, config_differences
 
     try:
         kind, rows = compare_dirs(dir_a, dir_b)
@@ -532,6 +678,125 @@ def compare(
 
     for r in rows:
         table.add_row(r["key"], cell(r["a"]), cell(r["b"]), cell(r["delta"]))
+    _print_table(table)
+    differences = config_differences(dir_a, dir_b)
+    if not differences:
+        console.print("configs: identical", markup=False, highlight=False)
+        return
+    configs = Table(title="config differences")
+    for column in ("field", "A", "B"):
+        configs.add_column(column, overflow="fold")
+    for r in differences:
+        configs.add_row(r["key"], cell(r["a"]), cell(r["b"]))
+    _print_table(configs)
+
+
+@app.command()
+def inspect(
+    path: Annotated[
+        Path,
+        typer.Argument(
+            help="Hugging Face checkpoint directory, .pt checkpoint, run directory, or a "
+            "directory of checkpoints"
+        ),
+    ],
+    text: Annotated[
+        Path | None,
+        typer.Option(help="text file, tokenized with the checkpoint's own tokenizer (offline)"),
+    ] = None,
+    tokens: Annotated[
+        int | None, typer.Option(help="N random token ids (seed 0) as the input instead")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="write inspect.csv, figures/ and inspect.html here")
+    ] = None,
+) -> None:
+    """Analyse a model's attention heads: W_QK/W_OV ranks and norms, attention entropy."""
+    from dynascope.inspection import inspect as inspect_model
+    from dynascope.inspection import load_checkpoints
+
+    if text is not None and tokens is not None:
+        _fail("--text, --tokens: give one of them, not both")
+    if tokens is not None and tokens < 1:
+        _fail(f"--tokens: must be >= 1 (got {tokens})")
+    if text is not None and not text.is_file():
+        _fail(f"--text: no such file: {str(text)!r}")
+    if out is not None:
+        _refuse_unusable_dir(out)
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no "Loading weights" bars
+    try:
+        checkpoints = load_checkpoints(path)
+        x = _inspect_inputs(path, checkpoints[-1][1], text, tokens)
+        frames = []
+        for step, model in checkpoints:
+            frame = inspect_model(model, x)
+            if step is not None:
+                frame.insert(0, "step", step)
+            frames.append(frame)
+    except ValueError as err:
+        _fail(str(err))
+    import pandas as pd
+
+    frame = pd.concat(frames, ignore_index=True)
+    _print_inspect_summary(frame, path)
+    if out is not None:
+        from dynascope.report.inspect import write_inspect_report
+
+        csv, page, figures = write_inspect_report(frame, out, f"dynascope inspect: {path}")
+        console.print(f"wrote {csv}, {page}, {out / 'figures'}/", markup=False, highlight=False)
+
+
+def _inspect_inputs(path: Path, model, text: Path | None, tokens: int | None):
+    """Token ids ``[1, pos]`` for ``dynascope inspect``, or ``None`` without --text/--tokens."""
+    import torch
+
+    from dynascope.inspection import model_limits
+
+    if text is None and tokens is None:
+        return None
+    d_vocab, n_ctx = model_limits(model)
+    if tokens is not None:
+        if d_vocab is None:
+            _fail("--tokens: the model's vocabulary size cannot be read; use the Python API")
+        if n_ctx is not None and tokens > n_ctx:
+            _fail(f"--tokens: must be <= the model's context length {n_ctx} (got {tokens})")
+        generator = torch.Generator().manual_seed(0)
+        return torch.randint(0, d_vocab, (1, tokens), generator=generator)
+    folder = path if path.is_dir() else path.parent
+    candidates = [folder, *sorted(p for p in folder.iterdir() if p.is_dir())]
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        _fail("--text: needs transformers (pip install 'dynascope[hf]') and a saved tokenizer")
+    for candidate in candidates:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(candidate, local_files_only=True)
+            break
+        except (OSError, ValueError, TypeError):
+            continue
+    else:
+        _fail(f"--text: no tokenizer saved in {str(folder)!r}; use --tokens N")
+    ids = tokenizer(text.read_text(encoding="utf-8"), return_tensors="pt")["input_ids"]
+    if ids.shape[1] == 0:
+        _fail(f"--text: {str(text)!r} holds no tokens")
+    return ids[:, :n_ctx] if n_ctx is not None else ids
+
+
+def _print_inspect_summary(frame, path: Path) -> None:
+    keys = [c for c in ("step", "layer") if c in frame.columns]
+    columns = [
+        c
+        for c in ("qk_effective_rank", "ov_effective_rank", "qk_spectral_norm", "attention_entropy")
+        if c in frame.columns
+    ]
+    means = frame.groupby(keys)[columns].mean().reset_index()
+    table = Table(title=f"{path}: mean over heads ({frame['head'].nunique()} per layer)")
+    for column in keys + columns:
+        table.add_column(column, justify="right")
+    for row in means.itertuples(index=False):
+        table.add_row(
+            *(str(int(v)) if k in keys else f"{v:.4g}" for k, v in zip(keys + columns, row))
+        )
     _print_table(table)
 
 
@@ -565,7 +830,10 @@ def _print_verdicts(outcome) -> None:
 @config_app.command("validate")
 def config_validate(
     file: Annotated[Path, typer.Argument(help="run config (YAML)")],
-    set_: Annotated[list[str] | None, typer.Option("--set", help="override: a.b=value")] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="overrides: --set a.b=1 c=2 (or repeat --set)"),
+    ] = None,
 ) -> None:
     """Validate a run config (with overrides); print it resolved, with defaults filled in."""
     import yaml

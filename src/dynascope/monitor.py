@@ -13,8 +13,8 @@ On a step with nothing due, :meth:`Monitor.step` costs one set lookup.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 from torch import Tensor, nn
@@ -90,6 +90,9 @@ class Monitor:
         sink: anything with ``log(step, dict)``, e.g. :class:`dynascope.RunStore` or
             :class:`dynascope.integrations.tensorboard.TensorBoardSink`, or a sequence of them
             (each gets every record).
+        loss: the training loss ``loss(model, batch) -> loss | (loss, metrics)`` (the
+            engine's ``Parts.loss``), handed to the probes that measure the loss landscape
+            (:class:`dynascope.probes.Sharpness`) as ``ProbeContext.loss``; ``None`` if unknown.
     """
 
     def __init__(
@@ -98,11 +101,14 @@ class Monitor:
         probes: Sequence[Probe],
         schedule: Schedule,
         sink: Sink | Sequence[Sink],
+        *,
+        loss: Callable[[nn.Module, dict[str, Tensor]], Any] | None = None,
     ) -> None:
         self.model = model
         self.probes = list(probes)
         self.schedule = schedule
         self.sinks: list[Sink] = list(sink) if isinstance(sink, Sequence) else [sink]
+        self.loss = loss
 
     def step(self, step: int, batch: dict[str, Tensor] | None = None) -> bool:
         """Run the due probes for ``step``; returns whether anything ran.
@@ -113,7 +119,7 @@ class Monitor:
         """
         if not self.probes or not self.schedule.due(step):
             return False
-        ctx = ProbeContext(step=step, batch=batch)
+        ctx = ProbeContext(step=step, batch=batch, loss=self.loss)
         record: dict[str, Tensor | float] = {}
         owner: dict[str, int] = {}  # key -> index of the probe that emitted it
         for i, probe in enumerate(self.probes):

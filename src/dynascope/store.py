@@ -54,8 +54,11 @@ import torch
 import yaml
 from torch import Tensor
 
+from dynascope.keys import parse_key
+
 __all__ = [
     "STATUSES",
+    "load_study",
     "Run",
     "RunLock",
     "RunLockedError",
@@ -417,9 +420,41 @@ def _latest_status(db: sqlite3.Connection) -> str | None:
     return None if row is None else row[0]
 
 
+class _ReadOnlyConnection(sqlite3.Connection):
+    """A read-only connection that leaves the run directory as it found it.
+
+    Reading a WAL database creates ``-wal``/``-shm`` files, and a read-only connection cannot
+    remove them when it closes. If they were absent when it opened (no writer held the
+    database), :meth:`close` opens one read-write connection and closes it: the last connection
+    to close checkpoints the WAL and deletes both files (SQLite does nothing while another
+    connection, e.g. a writer that started meanwhile, is still open).
+    """
+
+    tidy_path: Path | None = None
+
+    def close(self) -> None:
+        super().close()
+        if self.tidy_path is not None:
+            path, self.tidy_path = self.tidy_path, None
+            try:
+                with closing(sqlite3.connect(path, timeout=30.0)) as db:
+                    db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+            except sqlite3.Error:  # a read-only directory: nothing was created there either
+                pass
+
+
 def _connect_ro(db_path: Path) -> sqlite3.Connection:
+    fresh = not db_path.with_name(db_path.name + "-wal").exists()
     # as_uri() percent-encodes '?' and '#' in the path, which a raw "file:" URI would misread
-    return sqlite3.connect(f"{db_path.resolve().as_uri()}?mode=ro", uri=True, timeout=30.0)
+    db = sqlite3.connect(
+        f"{db_path.resolve().as_uri()}?mode=ro",
+        uri=True,
+        timeout=30.0,
+        factory=_ReadOnlyConnection,
+    )
+    if fresh:
+        db.tidy_path = db_path
+    return db
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
@@ -438,7 +473,9 @@ class Run:
     Attributes:
         path: the run directory.
         config: the parsed ``config.yaml`` (a dict).
-        scalars: DataFrame with columns ``step, key, value``, sorted by step then key.
+        scalars: DataFrame with columns ``step, key, value``, sorted by step then key, and the
+            key's parts (:func:`dynascope.keys.parse_key`): ``layer`` and ``head`` (nullable
+            ``Int64``, ``<NA>`` where the key has none) and ``metric`` (the key without them).
         events: DataFrame with columns ``step, kind, detail`` in insertion order.
         status: latest status (``finished``, ``diverged``, ...) or ``None``.
     """
@@ -507,6 +544,84 @@ def load_run(path: str | os.PathLike[str]) -> Run:
     with closing(_connect_ro(db_path)) as db:
         scalars = pd.read_sql_query("SELECT step, key, value FROM scalars ORDER BY step, key", db)
         scalars["value"] = scalars["value"].astype("float64")  # NULL (a NaN logged) -> NaN
+        _add_key_parts(scalars)
         events = pd.read_sql_query("SELECT step, kind, detail FROM events ORDER BY id", db)
         status = _latest_status(db)
     return Run(path=path, config=config, scalars=scalars, events=events, status=status)
+
+
+def _add_key_parts(scalars: pd.DataFrame) -> None:
+    """Add ``layer``, ``head`` (Int64) and ``metric`` columns parsed from ``key``, in place."""
+    codes, unique = pd.factorize(scalars["key"])  # parse each distinct key once
+    parts = [parse_key(key) for key in unique]
+
+    def nullable(values: list[int | None]) -> pd.arrays.IntegerArray:
+        data = np.array([-1 if v is None else v for v in values], dtype=np.int64)
+        missing = np.array([v is None for v in values], dtype=bool)
+        return pd.arrays.IntegerArray(data[codes], missing[codes])
+
+    scalars["layer"] = nullable([p.layer for p in parts])
+    scalars["head"] = nullable([p.head for p in parts])
+    metric = np.array([p.metric for p in parts] or [""], dtype=object)[codes]
+    scalars["metric"] = pd.Series(metric, index=scalars.index, dtype=str)
+
+
+def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; lists become tuples (hashable, for groupby)."""
+    flat: dict[str, Any] = {}
+    for name, value in config.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flatten(value, f"{prefix}{name}."))
+        else:
+            flat[f"{prefix}{name}"] = tuple(value) if isinstance(value, list) else value
+    return flat
+
+
+_STUDY_COLUMNS = ("run", "status", "step", "key", "value", "layer", "head", "metric")
+
+
+def load_study(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """Every scalar of every run in a study directory, with each run's config as columns.
+
+    The runs are the run directories (holding ``metrics.sqlite``) under ``path/runs/`` (what
+    ``dynascope study run --out PATH`` writes), or else directly under ``path``. A run's config
+    is its ``config.yaml``, or its entry in ``path/study.json`` when it has none; nested fields
+    are flattened with dots (``optimizer.lr``; lists become tuples). A config field whose name
+    is one of the other columns is prefixed ``config.``. Runs without a config field get
+    ``NaN`` in that column.
+
+    Args:
+        path: a study directory (or any directory of run directories).
+    Returns:
+        DataFrame, one row per logged scalar: ``run`` (the run directory's name), ``status``,
+        ``step, key, value, layer, head, metric`` (as :attr:`Run.scalars`), then the config
+        columns in order of first appearance. Sorted by run, then step, then key.
+    Raises:
+        FileNotFoundError: if ``path`` holds no run directory.
+    """
+    path = Path(path)
+    base = path / "runs" if (path / "runs").is_dir() else path
+    run_dirs = (
+        sorted(p for p in base.iterdir() if (p / "metrics.sqlite").is_file())
+        if (base.is_dir())
+        else []
+    )
+    if not run_dirs:
+        raise FileNotFoundError(
+            f"no run directories (with metrics.sqlite) under {str(path)!r} or its runs/"
+        )
+    manifest: dict[str, Any] = {}
+    if (path / "study.json").is_file():
+        manifest = json.loads((path / "study.json").read_text()).get("runs", {}) or {}
+    frames = []
+    for run_dir in run_dirs:
+        run = load_run(run_dir)
+        config = _flatten(run.config or manifest.get(run_dir.name) or {})
+        frame = run.scalars.copy()
+        frame.insert(0, "run", run_dir.name)
+        frame.insert(1, "status", run.status)
+        for name, value in config.items():
+            column = f"config.{name}" if name in _STUDY_COLUMNS else name
+            frame[column] = [value] * len(frame)
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)

@@ -19,7 +19,7 @@ BATCH, POS, N_HEADS, D_HEAD, D_MODEL, D_VOCAB = 2, 7, 3, 5, 11, 13
 SUPPORTED = (
     r"\(supported: dynascope\.nn\.MultiHeadAttention, torch\.nn\.MultiheadAttention, "
     r"transformers\.GPT2Attention, transformers\.LlamaAttention-like, "
-    r"transformers\.Phi3Attention-like; "
+    r"transformers\.Phi3Attention-like, transformer_lens\.AbstractAttention; "
     r"register one with dynascope\.adapters\.register_adapter\)"
 )
 

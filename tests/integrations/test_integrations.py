@@ -1,5 +1,5 @@
 """Integrations: the HF and Lightning callbacks step the monitor at 0 and after each update;
-the TensorBoard sink writes what it is given.
+the TensorBoard sink writes what it is given, under grouped tags (keys.metric_path).
 
 Oracle: parameter norms recorded at step t equal the norms of the weights a plain hook saw after
 the t-th ``optimizer.step()`` (hand-computed with torch.linalg.vector_norm, float64, exact).
@@ -141,10 +141,23 @@ def test_tensorboard_sink_writes_scalars_and_histograms(tmp_path):
     events = EventAccumulator(str(tb_dir))
     events.Reload()
     tags = events.Tags()
-    assert {"norm.total", "norm.weight", "norm.bias", "rank"} <= set(tags["scalars"])
+    # tags grouped by metric_path: one "norm" section, not a flat tag per key
+    assert {"norm/total", "norm/weight", "norm/bias", "rank"} <= set(tags["scalars"])
     assert tags["histograms"] == ["spectrum"]
-    (written,) = events.Scalars("norm.total")
+    (written,) = events.Scalars("norm/total")
     stored = ds.load_run(store_dir).last("norm.total")  # both sinks got the same record
     assert written.step == 0 and written.value == pytest.approx(stored, rel=1e-6)  # float32
     (hist,) = events.Histograms("spectrum")
     assert hist.step == 1 and hist.histogram_value.num == 3 and hist.histogram_value.sum == 6.0
+
+
+def test_tensorboard_sink_can_keep_the_dotted_keys(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from dynascope.integrations.tensorboard import TensorBoardSink
+
+    with TensorBoardSink(tmp_path, grouped=False) as tb:
+        tb.log(0, {"L0.H1.qk.effective_rank": 2.0})
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    assert events.Tags()["scalars"] == ["L0.H1.qk.effective_rank"]

@@ -166,7 +166,9 @@ def test_empirical_ntk_rejects_bad_arguments(setup):
     fn, params = model_function(model)
     with pytest.raises(ValueError, match="mode must be one of full, trace, diagonal"):
         empirical_ntk(fn, params, x1, mode="mean")
-    with pytest.raises(ValueError, match="strategy must be one of jacobian, jvp_vjp"):
+    with pytest.raises(
+        ValueError, match="strategy must be one of auto, structured, jacobian, jvp_vjp"
+    ):
         empirical_ntk(fn, params, x1, strategy="loop")
     with pytest.raises(ValueError, match="chunk_size must be None or an integer >= 1"):
         empirical_ntk(fn, params, x1, chunk_size=0)

@@ -64,12 +64,12 @@ def test_permuting_hidden_units_leaves_the_function_unchanged(kind, make, x_shap
     model = make(use_bias)
     x = torch.randn(x_shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
     perms = _random_perms(model, 3)
-    permuted = perm.apply_permutation(model, perms)
+    permuted = perm.apply_permutation(model, perms, x)
     torch.testing.assert_close(permuted(x), model(x), rtol=0, atol=1e-12)
     # the weights did move (a permutation that changes nothing would make the test vacuous)
     assert not torch.equal(perm.layer_params(permuted)[0][0], perm.layer_params(model)[0][0])
     # and the original is untouched: applying the inverse restores it exactly
-    back = perm.apply_permutation(permuted, [perm.invert_permutation(p) for p in perms])
+    back = perm.apply_permutation(permuted, [perm.invert_permutation(p) for p in perms], x)
     for (w, b), (w0, b0) in zip(perm.layer_params(back), perm.layer_params(model)):
         torch.testing.assert_close(w, w0, rtol=0, atol=0)
         if b0 is not None:
@@ -94,12 +94,12 @@ def test_permute_params_by_hand():
 def test_both_matchings_recover_a_known_permutation_exactly(kind, make, x_shape, use_bias):
     model = make(use_bias)
     perms = _random_perms(model, 7)
-    permuted = perm.apply_permutation(model, perms)
     truth = [perm.invert_permutation(p) for p in perms]
     n = 400 if kind != "cnn" else 60  # Gaussian inputs: no unit is dead on all of them
     x = torch.randn(
         (n, *x_shape[1:]), generator=torch.Generator().manual_seed(2), dtype=torch.float64
     )
+    permuted = perm.apply_permutation(model, perms, x)
     # precondition: every unit is alive on x (a unit dead on every input has an all-zero
     # activation column and cannot be identified by its activations)
     assert all((a.abs().amax(0) > 0).all() for a in perm.hidden_activations(model, x))
@@ -246,10 +246,13 @@ def test_n_way_average_by_hand():
 
 def test_bad_inputs_are_one_line_errors():
     model = _mlp((5,), False)
+    x = torch.zeros(2, 7, dtype=torch.float64)
     with pytest.raises(ValueError, match=r"perms must hold one permutation per hidden axis \(1\)"):
-        perm.apply_permutation(model, [])
+        perm.apply_permutation(model, [], x)
     with pytest.raises(ValueError, match=r"perms\[0\] must be a permutation of range\(5\)"):
-        perm.apply_permutation(model, [torch.tensor([0, 0, 1, 2, 3])])
+        perm.apply_permutation(model, [torch.tensor([0, 0, 1, 2, 3])], x)
+    with pytest.raises(ValueError, match=r"x must be a probe batch .* \(got x=None"):
+        perm.apply_permutation(model, [torch.arange(5)])
     with pytest.raises(ValueError, match="holds parameters or buffers"):
         perm.permutable_layers(nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2)))
     with pytest.raises(ValueError, match="reads 12 inputs but '0' gives 3 units"):
@@ -277,7 +280,7 @@ def test_a_users_sequential_is_read_as_is():
     perms = _random_perms(model, 1)
     x = torch.randn(8, 4, dtype=torch.float64)
     torch.testing.assert_close(
-        perm.apply_permutation(model, perms)(x), model(x), rtol=0, atol=1e-12
+        perm.apply_permutation(model, perms, x)(x), model(x), rtol=0, atol=1e-12
     )
     for p, q in zip(model.parameters(), original.parameters()):
         assert torch.equal(p, q)
@@ -298,5 +301,178 @@ def test_any_permutation_of_any_small_chain_preserves_the_function(hidden, use_b
         model = _mlp(tuple(hidden), use_bias, seed)
         shape = (5, 7)
     x = torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    permuted = perm.apply_permutation(model, _random_perms(model, seed + 1))
+    permuted = perm.apply_permutation(model, _random_perms(model, seed + 1), x)
     torch.testing.assert_close(permuted(x), model(x), rtol=0, atol=1e-12)
+
+
+# -- issue 20: the chain is the executed graph, and permutations are never silent ---------------
+class _ResidualMLP(nn.Module):
+    """Only nn.Linear, but ``h + relu(mid(h))``: permuting the hidden axes breaks the skip."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp, self.mid, self.out = nn.Linear(4, 6), nn.Linear(6, 6), nn.Linear(6, 2)
+
+    def forward(self, x):
+        h = F.relu(self.inp(x))
+        h = h + F.relu(self.mid(h))
+        return self.out(h)
+
+
+class _OutOfOrder(nn.Module):
+    """Registered ``c, a, b``; called ``a -> b -> c``: the executed chain is a plain chain."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c, self.a, self.b = nn.Linear(5, 2), nn.Linear(4, 6), nn.Linear(6, 5)
+
+    def forward(self, x):
+        return self.c(F.relu(self.b(F.relu(self.a(x)))))
+
+
+class _Reused(nn.Module):
+    """``mid`` is called twice (weight sharing across depth)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp, self.mid, self.out = nn.Linear(4, 6), nn.Linear(6, 6), nn.Linear(6, 2)
+
+    def forward(self, x):
+        h = F.relu(self.inp(x))
+        h = F.relu(self.mid(F.relu(self.mid(h))))
+        return self.out(h)
+
+
+class _Unused(nn.Module):
+    """``spare`` is registered (between the two layers called) but never called."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp, self.spare, self.out = nn.Linear(4, 6), nn.Linear(6, 6), nn.Linear(6, 2)
+
+    def forward(self, x):
+        return self.out(F.relu(self.inp(x)))
+
+
+class _Mixing(nn.Module):
+    """A chain by structure, but ``flip`` mixes hidden units without parameters."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp, self.out = nn.Linear(4, 6), nn.Linear(6, 2)
+
+    def forward(self, x):
+        return self.out(F.relu(self.inp(x)).flip(-1))
+
+
+def _probe(n=64, d=4, seed=0):
+    return torch.randn(n, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def _seeded(cls, seed=0):
+    torch.manual_seed(seed)
+    return cls().double()
+
+
+REFUSED = [
+    (
+        _ResidualMLP,
+        r"layer 'out' reads 'inp', 'mid' but a chain layer reads only 'mid' "
+        r"\(a residual or skip connection\)",
+    ),
+    (_Reused, r"layer 'mid' is called 2 times in one forward on x"),
+    (_Unused, r"layer 'spare' is never called in one forward on x"),
+]
+
+
+@pytest.mark.parametrize(("cls", "message"), REFUSED, ids=["residual", "reused", "unused"])
+def test_non_chains_are_refused_by_every_permutation_entry_point(cls, message):
+    """Issue 20's inputs: before, apply_permutation returned nets 0.34-1.64 off in relative
+    output, and activation_matching on the unused layer crashed in torch.cat."""
+    model, x = _seeded(cls), _probe()
+    widths = [6] if cls is _Unused else [6, 6]
+    perms = [torch.randperm(d, generator=torch.Generator().manual_seed(1)) for d in widths]
+    with pytest.raises(ValueError, match=message):
+        perm.apply_permutation(model, perms, x)
+    with pytest.raises(ValueError, match=message):
+        perm.activation_matching(model, _seeded(cls, seed=1), x)
+    with pytest.raises(ValueError, match=message):
+        perm.layer_params(model, x)
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
+def test_the_skip_is_really_what_the_refusal_protects():
+    """The residual net, permuted layer by layer by hand, does change its function: the
+    refusal is not over-cautious. (One permutation shared by both axes would be a symmetry;
+    the chain's independent per-axis permutations are not.)"""
+    model, x = _seeded(_ResidualMLP), _probe()
+    params = perm.layer_params(model)  # registration order = call order here
+    gen = torch.Generator().manual_seed(1)
+    perms = [torch.randperm(6, generator=gen) for _ in range(2)]  # two different permutations
+    changed = perm.load_params(model, perm.permute_params(params, perms))
+    with torch.no_grad():
+        gap = (changed(x) - model(x)).abs().amax() / model(x).abs().amax()
+    assert gap > 0.1
+
+
+def test_layers_called_out_of_registration_order_follow_the_executed_chain():
+    model, x = _seeded(_OutOfOrder), _probe()
+    assert perm.trace_chain(model, x) == ["a", "b", "c"]
+    # without a probe batch the order is registration order, whose widths do not chain
+    with pytest.raises(ValueError, match="layer 'a' reads 4 inputs but 'c' gives 2 units"):
+        perm.permutable_layers(model)
+    assert [name for name, _ in perm.permutable_layers(model, x)] == ["a", "b", "c"]
+    perms = [torch.randperm(d, generator=torch.Generator().manual_seed(3)) for d in (6, 5)]
+    permuted = perm.apply_permutation(model, perms, x)
+    torch.testing.assert_close(permuted(x), model(x), rtol=0, atol=1e-12)
+    found = perm.activation_matching(model, permuted, x)
+    assert [f.tolist() for f in found] == [perm.invert_permutation(p).tolist() for p in perms]
+    found_w = perm.weight_matching(
+        perm.layer_params(model, x),
+        perm.layer_params(permuted, x),
+        generator=torch.Generator().manual_seed(0),
+    )
+    assert [f.tolist() for f in found_w] == [f.tolist() for f in found]
+    aligned = perm.apply_permutation(permuted, found)  # the probe recorded by the matching
+    for p, q in zip(aligned.parameters(), model.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+
+
+def test_a_permutation_that_changes_the_function_is_refused():
+    """Structurally a chain, but ``flip`` mixes units: only the function check can tell."""
+    model, x = _seeded(_Mixing), _probe()
+    assert perm.trace_chain(model, x) == ["inp", "out"]
+    swap = torch.tensor([1, 0, 2, 3, 4, 5])
+    with pytest.raises(
+        ValueError,
+        match=r"the permuted model computes another function: .* "
+        r"\(allowed <= 1.49e-08\)",
+    ):
+        perm.apply_permutation(model, [swap], x)
+    palindrome = torch.tensor([5, 4, 3, 2, 1, 0])  # commutes with the flip: a symmetry still
+    torch.testing.assert_close(perm.apply_permutation(model, [palindrome], x)(x), model(x))
+
+
+def test_check_same_function_tolerance_is_relative_sqrt_eps():
+    model = _seeded(_OutOfOrder)
+    x = _probe()
+    nudged = copy.deepcopy(model)
+    with torch.no_grad():
+        nudged.c.bias.add_(1e-3)
+    with pytest.raises(ValueError, match="computes another function"):
+        perm.check_same_function(model, nudged, x)
+    perm.check_same_function(model, copy.deepcopy(model), x)  # identical: passes
+    with pytest.raises(ValueError, match=r"output shape \(64, 3\) differs from the model's"):
+        perm.check_same_function(model, nn.Sequential(nn.Linear(4, 3)).double(), x)
+
+
+def test_tracing_restores_mode_and_leaves_no_hooks():
+    model = nn.Sequential(nn.Linear(4, 6), nn.Dropout(0.5), nn.ReLU(), nn.Linear(6, 2)).double()
+    model.train()
+    x = _probe()
+    assert perm.trace_chain(model, x) == ["0", "3"]
+    assert model.training and model[1].training
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+    perms = [torch.randperm(6, generator=torch.Generator().manual_seed(0))]
+    perm.apply_permutation(model, perms, x)  # dropout is off for the check (eval mode)
+    assert model.training

@@ -1,5 +1,6 @@
-"""Study gated-rnn-attention: presets as S6 states them, the smoke preset end to end, and the
-verdict logic on hand-written stores (known values in, known verdicts out)."""
+"""Study gated-rnn-attention: presets as S6 states them, ν_log's learning rate from the
+parametrization, the smoke preset end to end (controls fail), and the per-seed verdict logic on
+hand-written stores (known values in, known verdicts out)."""
 
 from __future__ import annotations
 
@@ -12,124 +13,147 @@ import torch
 
 from dynascope import studies
 from dynascope.store import RunStore, load_run
-from dynascope.studies.gated_rnn_attention import (
-    G2_NMSE,
-    G3_PRUNE_RATIO,
-    STUDY,
-    ICLConfig,
-    TeacherStudentConfig,
-    _analyze_icl,
-    _analyze_teacher,
-    build_runs,
-)
+from dynascope.studies.gated_rnn_attention import STUDY, ICLRun, build_runs
+from dynascope.studies.gated_rnn_attention.analysis import G2_NMSE, G3_NMSE_CHANGE, _icl, _teacher
+from dynascope.studies.gated_rnn_attention.runs import nu_learning_rate
+from dynascope.train import Loop
 
 
 def test_presets_follow_s6():
     assert studies.get("gated-rnn-attention") is STUDY
-    fast = {s.name: s.config for s in build_runs(STUDY.preset("fast"))}
+    specs = build_runs(STUDY.preset("fast"))
+    fast = {s.name: s.config for s in specs}
     assert sorted(n for n in fast if n.startswith("b_")) == [
-        "b_teacher_h16_s0",
-        "b_teacher_h32_s0",
-        "b_teacher_h8_s0",
+        f"b_teacher_h{h}_s{i}" for h in (16, 32, 8) for i in range(3)
     ]
     ts = fast["b_teacher_h32_s0"]
-    assert (ts.d_model, ts.n_heads, ts.d_head, ts.n_ctx, ts.steps, ts.batch_size, ts.lr) == (
-        4,
-        1,
-        4,
-        12,
-        3000,
-        64,
-        1e-3,
-    )
+    assert (ts.d_model, ts.n_heads, ts.d_head, ts.n_ctx, ts.loop.steps, ts.batch_size, ts.lr) == (
+        4, 1, 4, 12, 3000, 64, 1e-3,
+    )  # fmt: skip
+    assert ts.nu_lr == pytest.approx(nu_learning_rate(3000))
     icl = fast["c_icl_grnn_s0"]
-    assert (icl.d_x, icl.n_points, icl.d_hidden, icl.steps, icl.batch_size, icl.n_eval) == (
-        4,
-        12,
-        64,
-        5000,
-        128,
-        10_000,
-    )
+    assert (icl.d_x, icl.n_points, icl.d_hidden, icl.loop.steps, icl.batch_size, icl.n_eval) == (
+        4, 12, 64, 5000, 128, 10_000,
+    )  # fmt: skip
     assert fast["c_icl_lsa_s0"].d_head == 5 and fast["c_icl_gd_s0"].model == "gd"
+    groups = {s.name: s.group for s in specs}
+    assert groups["b_teacher_h32_s1"] == "b_teacher_h32" and groups["c_icl_gd_s0"] is None
+    assert [fast[f"a_construction_s{i}"].seed for i in range(3)] == [0, 1, 2]
     paper = build_runs(STUDY.preset("paper"), seed=3)
-    assert {s.config.model for s in paper if s.name.startswith("c_")} == {
-        "grnn",
-        "lsa",
-        "gd",
-        "lru",
-        "lstm",
-        "gru",
-    }
+    models = {s.config.model for s in paper if s.name.startswith("c_")}
+    assert models == {"grnn", "lsa", "gd", "lru", "lstm", "gru"}
     assert {s.config.seed for s in paper if s.name.startswith("c_")} == {3, 4, 5, 6, 7}
     with pytest.raises(ValueError, match="model"):
-        ICLConfig(model="transformer")
+        ICLRun(model="transformer", loop=Loop(steps=1))
 
 
-def test_smoke_preset_end_to_end(tmp_path):
-    outcome = STUDY.run(preset="smoke", out=tmp_path)
-    data = json.loads((tmp_path / "verdict.json").read_text(), parse_constant=pytest.fail)
+def test_nu_learning_rate_covers_the_polarization_distance_in_a_tenth_of_the_steps():
+    travel = math.log(math.log(2.0)) - math.log(-math.log(0.95))  # |λ| = ½ -> 0.95
+    assert travel == pytest.approx(2.6036, abs=1e-4)
+    assert nu_learning_rate(3000) == pytest.approx(travel / 300)
+    assert nu_learning_rate(3000) == pytest.approx(8.68e-3, abs=1e-5)
+
+
+@pytest.fixture(scope="module")
+def smoke_out(tmp_path_factory):
+    out = tmp_path_factory.mktemp("grnn")
+    return STUDY.run(preset="smoke", out=out), out
+
+
+def test_smoke_preset_end_to_end(smoke_out):
+    outcome, out = smoke_out
+    data = json.loads((out / "verdict.json").read_text(), parse_constant=pytest.fail)
     assert [c["claim"].split(":")[0] for c in data["claims"]] == [
-        "g1",
-        "g1-f32",
-        "g2",
-        "g3",
-        "g4-lsa",
-        "g4-gd",
-    ]
+        "g1", "g1-f32", "g2", "g2-falls", "g3", "g4-lsa", "g4-gd",
+    ]  # fmt: skip
     assert all(r["status"] == "finished" for r in data["runs"])
-    assert (
-        data["claims"][0]["passed"] and data["claims"][0]["measured"] < 1e-10
-    )  # exact construction
+    g1 = data["claims"][0]
+    assert g1["status"] == "held" and g1["measured"] < 1e-10  # the exact construction
     for claim in data["claims"]:
-        assert isinstance(claim["measured"], float) and isinstance(claim["passed"], bool)
-    assert sorted(p.name for p in (tmp_path / "figures").glob("*.png")) == [
+        assert claim["legacy"] is False and claim["seeds"] == [0, 1, 2]
+    assert sorted(p.name for p in (out / "figures").glob("*.png")) == [
         "icl_weights.png",
         "lambda_histogram.png",
         "loss_vs_hidden.png",
         "prediction_agreement.png",
     ]
-    grnn = load_run(tmp_path / "runs" / "c_icl_grnn_s0")
-    assert grnn.tensors("eval.pred")[1].shape == (1, 200)
-    assert grnn.tensors("probe.r2")[1].shape == (1, 2)
+    grnn = load_run(out / "runs" / "c_icl_grnn_s0")
+    assert grnn.tensors("eval.pred")[1].shape == (2, 200)  # untrained (step 0) and trained
+    assert grnn.tensors("probe.r2")[1].shape == (2, 2)
     assert outcome.passed == all(c["passed"] for c in data["claims"])
 
 
-def _teacher_run(path, hidden, nmse, pruned):
+def test_each_control_fails_its_claim_at_smoke_scale(smoke_out):
+    outcome, _ = smoke_out
+    for verdict in outcome.claims:
+        assert verdict.control.status == "not held", (verdict.claim, verdict.control)
+    g1 = outcome.claims[0]
+    assert g1.control.measured > 1e3 * 1e-6  # λ = 1 − 1e-3 breaks the exact match
+
+
+def test_g1_is_recomputed_from_the_stores(smoke_out):
+    outcome, out = smoke_out
+    per_seed = [
+        load_run(out / "runs" / f"a_construction_s{i}").last("case0.float64.max_abs_err")
+        for i in range(3)
+    ]
+    np.testing.assert_allclose(outcome.claims[0].per_seed, per_seed, rtol=1e-12)
+
+
+def _teacher_run(path, hidden, seed, nmse, pruned, near1=1.0, untrained=None):
+    untrained = 1.0 + 0.01 * seed + 0.001 * hidden if untrained is None else untrained
     with RunStore(path) as store:
-        store.write_config(TeacherStudentConfig(d_hidden=hidden).model_dump(mode="json"))
-        store.log(
-            10,
-            {"train.nmse": 1.0, "eval.nmse": nmse, "eval.nmse_pruned": pruned, "pruned.count": 2.0},
-        )
+        store.write_config({"seed": seed, "d_hidden": hidden, "n_heads": 1, "d_head": 4})
+        store.log(0, {"eval.nmse": untrained})
+        store.log(10, {"train.loss": 1.0, "eval.nmse": nmse, "eval.nmse_pruned": pruned,
+                       "eval.nmse_pruned_near1": near1, "pruned.count": 2.0})  # fmt: skip
         store.log(10, {"lambda.near_0": 0.5, "lambda.near_1": 0.25, "lambda.mid": 0.25})
         store.set_status(10, "finished")
     return load_run(path)
 
 
-def test_teacher_verdicts_on_known_values(tmp_path):
-    runs = {
-        h: [_teacher_run(tmp_path / f"h{h}", h, n, n * r)]
-        for h, n, r in ((8, 0.5, 1.0), (16, 0.1, 1.0), (32, 0.005, 1.05))
+def _teacher_runs(tmp_path, values):
+    """``values``: hidden -> per seed (nmse, pruned)."""
+    return {
+        h: {s: _teacher_run(tmp_path / f"h{h}_s{s}", h, s, *v) for s, v in enumerate(vs)}
+        for h, vs in values.items()
     }
-    mult = {8: 0.5, 16: 1.0, 32: 2.0}
-    (g2, g3), rows = _analyze_teacher(runs, mult)
-    assert g2.passed and g2.measured == pytest.approx(0.005) and g2.threshold == G2_NMSE
-    assert g3.passed and g3.measured == pytest.approx(1.05) and g3.threshold == G3_PRUNE_RATIO
-    runs[16] = [_teacher_run(tmp_path / "h16b", 16, 0.001, 1.0)]  # not falling: 0.5, 0.001, 0.005
-    (g2, _), _ = _analyze_teacher(runs, mult)
-    assert not g2.passed and "falling: False" in g2.detail
-    runs[32] = [_teacher_run(tmp_path / "h32b", 32, 0.0005, 2.0 / 0.0005)]
-    (_, g3), _ = _analyze_teacher(runs, mult)
-    assert not g3.passed
 
 
-def _icl_run(path, model, pred, grad, mse):
+def test_teacher_verdicts_on_known_values(tmp_path):
+    good = [(0.005, 0.006)] * 3
+    runs = _teacher_runs(tmp_path / "a", {8: [(0.5, 0.5)] * 3, 16: [(0.1, 0.1)] * 3, 32: good})
+    (g2, falls, g3), rows = _teacher(runs, 16)
+    assert g2.status == "held" and g2.measured == pytest.approx(0.005) and g2.threshold == G2_NMSE
+    slope = np.polyfit(np.log([8, 16, 32]), np.log([0.5, 0.1, 0.005]), 1)[0]
+    assert falls.status == "held" and falls.measured == pytest.approx(slope, rel=1e-9)
+    assert g3.status == "held" and g3.measured == pytest.approx(0.001)
+    assert g3.threshold == G3_NMSE_CHANGE and g3.direction == "<="
+    for verdict in (g2, falls, g3):
+        assert verdict.control.status == "not held", verdict.claim
+    # the loss does not fall over the sizes: g2-falls fails (slope > -0.5)
+    flat = _teacher_runs(tmp_path / "b", {8: [(0.006, 0.006)] * 3, 16: [(0.005, 0.005)] * 3,
+                                          32: good})  # fmt: skip
+    (_, falls, _), _ = _teacher(flat, 16)
+    assert falls.status == "not held" and falls.measured > -0.5
+    # a near-zero loss that pruning lifts to 0.03: the absolute change 0.03 fails g3
+    bad = [(0.0005, 0.0305)] * 3
+    runs = _teacher_runs(tmp_path / "c", {8: [(0.5, 0.5)] * 3, 16: [(0.1, 0.1)] * 3, 32: bad})
+    (_, _, g3), _ = _teacher(runs, 16)
+    assert g3.status == "not held" and g3.measured == pytest.approx(0.03)
+    # a student that does not fit its teacher: g3 is inconclusive, never held
+    unfit = [(0.2, 0.2)] * 3
+    runs = _teacher_runs(tmp_path / "d", {8: [(0.5, 0.5)] * 3, 16: [(0.3, 0.3)] * 3, 32: unfit})
+    (_, _, g3), _ = _teacher(runs, 16)
+    assert g3.status == "inconclusive"
+
+
+def _icl_run(path, model, seed, pred, grad, mse, untrained=4.0, y_power=4.0):
     with RunStore(path) as store:
-        store.write_config(ICLConfig(model=model).model_dump(mode="json"))
-        store.log(
-            5, {"eval.mse": mse, "eval.pred": torch.tensor(pred), "eval.grad": torch.tensor(grad)}
-        )
+        store.write_config({"seed": seed, "model": model})
+        store.log(0, {"eval.mse": untrained, "eval.y_power": y_power})
+        store.log(5, {"eval.mse": mse, "eval.y_power": y_power, "eval.pred": torch.tensor(pred),
+                      "eval.grad": torch.tensor(grad)})  # fmt: skip
         store.set_status(5, "finished")
     return load_run(path)
 
@@ -137,15 +161,24 @@ def _icl_run(path, model, pred, grad, mse):
 def test_icl_verdicts_and_agreement_on_known_values(tmp_path):
     ref = np.array([1.0, -1.0, 2.0, 0.5])
     grad = np.array([[1.0, 0.0], [0.0, 1.0]])
-    runs = {
-        "grnn": _icl_run(tmp_path / "g", "grnn", 1.1 * ref, -grad, 1.02),
-        "lsa": _icl_run(tmp_path / "l", "lsa", ref, grad, 1.0),
-        "gd": _icl_run(tmp_path / "d", "gd", ref, grad, 0.9),
+    by_seed = {
+        s: {
+            "grnn": _icl_run(tmp_path / f"g{s}", "grnn", s, 1.1 * ref, -grad, 1.02),
+            "lsa": _icl_run(tmp_path / f"l{s}", "lsa", s, ref, grad, 1.0),
+            "gd": _icl_run(tmp_path / f"d{s}", "gd", s, ref, grad, 0.9),
+        }
+        for s in range(3)
     }
-    (lsa, gd), rows = _analyze_icl([runs])
-    assert lsa.passed and lsa.measured == pytest.approx(1.02)
-    assert not gd.passed and gd.measured == pytest.approx(1.02 / 0.9)
+    (lsa, gd), rows = _icl(by_seed)
+    assert lsa.status == "held" and lsa.measured == pytest.approx(1.02)
+    assert gd.status == "not held" and gd.measured == pytest.approx(1.02 / 0.9)
+    assert lsa.control.measured == pytest.approx(4.0) and lsa.control.status == "not held"
+    assert lsa.precondition.met and lsa.precondition.measured == pytest.approx(0.25)
     row = next(r for r in rows if r["model"] == "grnn")
     assert row["gap_vs_lsa"] == pytest.approx(0.01)  # (0.1 ref)² / ref²
     assert row["grad_cos_vs_gd"] == pytest.approx(-1.0)
     assert math.isnan(row["probe.r2_mean"])  # not logged: NaN, not a crash
+    # a reference that predicts no better than 0 cannot support the claim: inconclusive
+    by_seed[0]["lsa"] = _icl_run(tmp_path / "l_bad", "lsa", 0, ref, grad, 1.0, y_power=1.5)
+    (lsa, _), _ = _icl(by_seed)
+    assert lsa.status == "inconclusive"

@@ -14,16 +14,24 @@ from dynascope.studies.mup_coordinate_check import STUDY, build_runs, load_recor
 
 def test_presets_validate_and_build_the_expected_runs():
     assert studies.get("mup-coordinate-check") is STUDY
-    names = [s.name for s in build_runs(STUDY.preset("fast"))]
-    assert names == [
+    specs = build_runs(STUDY.preset("fast"))
+    sweeps = [
         "coord_standard_adam",
         "coord_mup_adam",
         "coord_ntk_signsgd_c3",
         "coord_mup_signsgd_c3",
     ]
+    widths = [64, 128, 256, 512, 1024, 2048]
+    assert [s.name for s in specs] == [
+        f"{sweep}_w{w}_s{i}" for sweep in sweeps for w in widths for i in range(3)
+    ]
+    assert [s.group for s in specs[:3]] == ["coord_standard_adam_w64"] * 3  # seeds: one ensemble
+    assert [s.config.seed for s in specs[:3]] == [0, 1, 2]
+    assert [s.config.seed for s in build_runs(STUDY.preset("fast"), 1000)[:3]] == [1000, 1001, 1002]
+    assert specs[0].config.loop.steps == 2 and specs[-1].config.loop.steps == 10
     fast = STUDY.preset("fast")
     assert fast.sp.model_copy(update={"parametrization": "mup"}) == fast.mup  # one difference
-    paper = {s.name for s in build_runs(STUDY.preset("paper"))}
+    paper = {s.name.rsplit("_w", 1)[0] for s in build_runs(STUDY.preset("paper"))}
     assert {"coord_standard_sgd", "coord_mup_adam_eps-width", "lr_transfer_mup_adam"} <= paper
 
 
@@ -38,36 +46,41 @@ def test_smoke_preset_end_to_end(smoke_out):
     data = json.loads((out / "verdict.json").read_text())
     assert [c["claim"].split(":")[0] for c in data["claims"]] == ["c1", "c2"]
     assert all(r["status"] == "finished" for r in data["runs"])
+    assert len(data["runs"]) == 4 * 2 * 3  # sweeps x widths x seeds
     assert len(list((out / "figures").glob("*.png"))) == 3
     assert outcome.passed == all(c["passed"] for c in data["claims"])
 
 
-def test_c1_is_recomputed_from_the_stored_tensors(smoke_out):
+def _sweep(out, name):
+    return [load_run(out / "runs" / f"{name}_w{w}_s{i}") for w in (32, 256) for i in range(3)]
+
+
+def test_c1_is_recomputed_from_the_stored_scalars(smoke_out):
     outcome, out = smoke_out
-    run = load_run(out / "runs" / "coord_standard_adam")
-    steps, l1 = run.tensors("l1.logits")  # [T, nseeds, n_widths]
-    per_seed = l1[-1][:, -1] / l1[-1][:, 0]  # one growth ratio per seed
+    runs = {
+        (int(r.config["width"]), r.config["seed"]): r for r in _sweep(out, "coord_standard_adam")
+    }
+    per_seed = [runs[256, s].last("l1.logits") / runs[32, s].last("l1.logits") for s in range(3)]
     c1 = outcome.claims[0]
     assert c1.seeds == (0, 1, 2)
     np.testing.assert_allclose(c1.per_seed, per_seed, rtol=1e-12)
-    assert c1.measured == pytest.approx(float(per_seed.mean()))
-    records = load_records(run)
-    assert {r.t for r in records} == set(int(t) for t in steps)
-    assert np.isclose(
-        np.mean([r.l1 for r in records if r.module == "logits" and r.t == steps[-1]]),
-        l1[-1].mean(),
-    )
+    assert c1.measured == pytest.approx(float(np.mean(per_seed)))
+    records = load_records(list(runs.values()))
+    assert {r.t for r in records} == {1, 2, 3}  # engine steps 0, 1, 2
+    assert all(r.rel_change == 0.0 for r in records if r.t == 1 and r.module != "logits")
 
 
 def test_c2_is_the_worst_per_seed_spread_recomputed_from_the_stores(smoke_out):
     outcome, out = smoke_out
-    run = load_run(out / "runs" / "coord_mup_adam")
+    runs = _sweep(out, "coord_mup_adam")
     worst = np.zeros(3)
     for module in ("W1", "relu1", "W2", "relu2", "logits"):
-        steps, l1 = run.tensors(f"l1.{module}")
-        for t, table in zip(steps, l1):
-            if t in (2, 3):
-                worst = np.maximum(worst, table.max(1) / table.min(1))
+        for step in (1, 2):  # t = 2, 3
+            table = np.zeros((3, 2))  # [seed, width]
+            for run in runs:
+                j = 0 if run.config["width"] == 32 else 1
+                table[run.config["seed"], j] = run.scalar(f"l1.{module}")[step]
+            worst = np.maximum(worst, table.max(1) / table.min(1))
     np.testing.assert_allclose(outcome.claims[1].per_seed, worst, rtol=1e-12)
 
 
@@ -102,9 +115,10 @@ def test_a_narrow_width_sweep_fails_the_precondition(tmp_path):
         )
     )
     runs = {}
-    for spec in specs:
-        spec.runner(spec.config, tmp_path / spec.name)
-        runs[spec.name] = load_run(tmp_path / spec.name)
+    for group in dict.fromkeys(spec.group for spec in specs):
+        members = [spec for spec in specs if spec.group == group]
+        members[0].runner([m.config for m in members], [tmp_path / m.name for m in members])
+        runs.update({m.name: load_run(tmp_path / m.name) for m in members})
     analysis = STUDY.analyze(runs, tmp_path)
     for verdict in analysis.verdicts:
         assert verdict.status == "inconclusive" and "precondition not met" in verdict.reason

@@ -13,49 +13,57 @@ import torch
 from dynascope import studies
 from dynascope.probes.kernels import empirical_ntk, kernel_gd_predictions, model_function
 from dynascope.store import load_run
-from dynascope.studies._ntk_universality_runner import build_model, make_data
-from dynascope.studies.ntk_universality import (
-    SLOPE_MAX,
-    STUDY,
-    UniversalityRunConfig,
-    _precondition,
-    _slope,
-    build_runs,
-    run_universality,
+from dynascope.studies.engine_runs import run_members
+from dynascope.studies.ntk_universality import STUDY, build_runs
+from dynascope.studies.ntk_universality.analysis import SLOPE_MAX, _precondition
+from dynascope.studies.ntk_universality.analysis import slope as _slope
+from dynascope.studies.ntk_universality.runs import (
+    UniversalityRun,
+    build_model,
+    build_universality,
+    make_data,
 )
+from dynascope.train import Loop, SeedStreams
+
+LOOP = Loop(steps=6, dtype="float64")
 
 
 @pytest.mark.parametrize("arch", ["mlp", "rnn", "attention"])
-def test_inputs_lie_on_the_sphere_and_data_depends_only_on_data_seed(arch):
-    cfg = UniversalityRunConfig(arch=arch, width=8, n_train=3, pos=4, data_seed=5)
-    x, y = make_data(cfg, torch.float64)
+def test_inputs_lie_on_the_sphere_and_data_depends_only_on_the_inputs_stream(arch):
+    cfg = UniversalityRun(arch=arch, width=8, n_train=3, pos=4, seed=5, loop=LOOP)
+    x, y = make_data(cfg, SeedStreams(5).generator("inputs"))
     assert x.shape == ((3, 8) if arch == "mlp" else (3, 4, 8)) and y.shape == (3,)
     torch.testing.assert_close(
         torch.linalg.vector_norm(x, dim=-1),
         torch.full(x.shape[:-1], math.sqrt(8.0), dtype=torch.float64),
     )
-    x2, y2 = make_data(cfg.model_copy(update={"width": 32, "seed": 9}), torch.float64)
+    x2, y2 = make_data(cfg.model_copy(update={"width": 32}), SeedStreams(5).generator("inputs"))
     assert torch.equal(x, x2) and torch.equal(y, y2)
+    x3, _ = make_data(cfg, SeedStreams(6).generator("inputs"))
+    assert not torch.equal(x, x3)
 
 
 def test_runner_logs_the_kgd_deviation_of_its_own_trajectory(tmp_path):
-    cfg = UniversalityRunConfig(arch="rnn", width=10, n_train=4, steps=6, kernel_steps=[0, 6],
-                                dtype="float64")  # fmt: skip
-    run_universality(cfg, tmp_path / "r")
+    cfg = UniversalityRun(arch="rnn", width=10, n_train=4, kernel_steps=[0, 6], seed=3, loop=LOOP)
+    run_members(build_universality, cfg, tmp_path / "r")
     run = load_run(tmp_path / "r")
     assert run.status == "finished"
     steps, f = run.tensors("f")  # [7, 4]
     assert f.shape == (7, 4)
     assert run.scalar("ntk.relative_change").loc[0] == 0.0
-    # recompute: the same init (seed), Theta_0, and kernel GD from the stored f_0
-    x, y = make_data(cfg, torch.float64)
-    fn, params = model_function(build_model(cfg, torch.float64))
+    # recompute: the same init (stream init), Theta_0, and kernel GD from the stored f_0
+    streams = SeedStreams(3)
+    x, y = make_data(cfg, streams.generator("inputs"))
+    fn, params = model_function(build_model(cfg, streams.generator("init")))
     K0 = empirical_ntk(fn, params, x, mode="trace")
     torch.testing.assert_close(torch.as_tensor(f[0]), fn(params, x)[:, 0], rtol=0, atol=1e-12)
-    f_kgd, _ = kernel_gd_predictions(None, K0, y, cfg.lr, cfg.steps, f0_train=torch.as_tensor(f[0]))
+    f_kgd, _ = kernel_gd_predictions(
+        None, K0, y, cfg.lr, cfg.loop.steps, f0_train=torch.as_tensor(f[0])
+    )
     gap = np.linalg.norm(f - f_kgd[..., 0].numpy(), axis=-1)
     assert run.last("kgd.deviation") == pytest.approx(gap.max(), rel=1e-9)
     assert run.scalar("lr_lambda_max_over_N").iloc[0] < 2
+    np.testing.assert_allclose(run.tensors("kgd.gap")[1][-1], gap, rtol=1e-9)
 
 
 def test_slope_is_the_power_law_exponent():
@@ -70,7 +78,10 @@ def test_presets_validate_and_match_the_registry():
     assert len(fast) == 3 * 4 * 5
     assert {s.config.arch for s in fast} == {"mlp", "rnn", "attention"}
     assert {s.config.width for s in fast} == {64, 128, 256, 512}
-    assert all(s.config.seed == s.config.data_seed for s in fast)
+    assert [s.group for s in fast[:5]] == ["mlp_n64"] * 5  # a width's seeds: one ensemble
+    assert [s.config.seed for s in build_runs(STUDY.preset("fast"), 1000)[:5]] == list(
+        range(1000, 1005)
+    )
     assert len(build_runs(STUDY.preset("paper"))) == 3 * 8 * 10
 
 

@@ -18,9 +18,11 @@ from shapes. Registered here, in this order:
     transformers.GPT2Attention        ``_hf.py``: fused ``Conv1D`` ``c_attn`` ``[in, out]``
     transformers.LlamaAttention-like  ``_hf.py``: ``q_proj/k_proj/v_proj/o_proj``, grouped K/V
     transformers.Phi3Attention-like   ``_hf.py``: fused ``qkv_proj`` (Q | K | V rows), ``o_proj``
+    transformer_lens AbstractAttention ``_transformer_lens.py``: already this layout
 
 :func:`capture_patterns` reads every attention pattern: through a ``hook_pattern``
-:class:`~dynascope.nn.CapturePoint` where the module has one, otherwise by recomputing the
+:class:`~dynascope.nn.CapturePoint` (or TransformerLens ``HookPoint``) where the module has one,
+otherwise by recomputing the
 pattern from the inputs a forward pre-hook catches, with the adapter's pattern function (each
 under a parity test against the module's own softmax). Register a new architecture with
 :func:`register_adapter`.
@@ -47,6 +49,7 @@ from ._hf import (
     phi3_pattern,
 )
 from ._torch import multihead_attention_pattern, multihead_attention_view, no_mha_fastpath
+from ._transformer_lens import is_pattern_hook, transformer_lens_view
 from ._view import AttentionView as AttentionView
 
 __all__ = [
@@ -120,6 +123,7 @@ register_adapter(
 register_adapter("transformers.GPT2Attention", gpt2_view, gpt2_pattern)
 register_adapter("transformers.LlamaAttention-like", llama_view, llama_pattern)
 register_adapter("transformers.Phi3Attention-like", fused_qkv_view, phi3_pattern)
+register_adapter("transformer_lens.AbstractAttention", transformer_lens_view)
 
 
 def _owners(model: nn.Module) -> Iterator[tuple[str, nn.Module, str, AttentionView]]:
@@ -175,11 +179,12 @@ def capture_patterns(model: nn.Module) -> Iterator[dict[str, Tensor]]:
     """Record every attention layer's pattern, keyed by the attention module's qualified name.
 
     A module with a ``hook_pattern`` :class:`~dynascope.nn.CapturePoint` child (dynascope's own
-    attention) is read through it. Every other module an adapter owns gets a forward pre-hook
-    that catches its inputs and recomputes the pattern with the adapter's pattern function from a
-    freshly read view, under ``torch.no_grad()``; a forward hook files it once the module's
-    forward has succeeded (so the module's own input errors come first). The model's forward is
-    not changed: no monkey-patching, no flags.
+    attention) or TransformerLens ``HookPoint`` child (``HookedTransformer``) is read through it.
+    Every other module an adapter owns gets a forward pre-hook that catches its inputs and
+    recomputes the pattern with the adapter's pattern function from a freshly read view, under
+    ``torch.no_grad()``; a forward hook files it once the module's forward has succeeded (so the
+    module's own input errors come first). The model's forward is not changed: no
+    monkey-patching, no flags.
 
     Example::
 
@@ -199,10 +204,10 @@ def capture_patterns(model: nn.Module) -> Iterator[dict[str, Tensor]]:
             During the block, the pattern function's errors (e.g. a KV cache holding past
             positions, which the layer's inputs do not show) are raised after the forward.
     """
-    points: dict[str, CapturePoint] = {}
+    points: dict[str, nn.Module] = {}
     for name, module in model.named_modules():
         point = getattr(module, "hook_pattern", None)
-        if isinstance(point, CapturePoint):
+        if isinstance(point, CapturePoint) or is_pattern_hook(point):
             points[name] = point
     recomputed = {
         name: (module, architecture)

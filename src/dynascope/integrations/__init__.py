@@ -8,8 +8,13 @@ Each lives in its own module so that importing :mod:`dynascope` never imports th
   ``lightning``);
 - :mod:`dynascope.integrations.tensorboard`: ``TensorBoardSink``, a sink for
   :class:`dynascope.Monitor` beside (or instead of) :class:`dynascope.RunStore` (extra
-  ``tensorboard``).
+  ``tensorboard``);
+- :mod:`dynascope.integrations.mlflow`: ``MLflowSink``, a local ``sqlite:`` MLflow store by
+  default (extra ``mlflow``);
+- :mod:`dynascope.integrations.wandb`: ``WandbSink``, offline by default (extra ``wandb``).
 
-The callbacks only call ``monitor.step``: what is measured and where it goes is the
-:class:`~dynascope.Monitor`'s business.
+The sinks name metrics with :func:`dynascope.keys.metric_path` (``attn/L0/H3/...``). The
+callbacks call ``monitor.step``, record the trainer's own loss, learning rate and run status
+in the monitor's sinks, and forward the probe values to the trainer's own loggers; what is
+measured is the :class:`~dynascope.Monitor`'s business.
 """

@@ -16,8 +16,8 @@ from .base import ProbeContext as ProbeContext
 from .base import isolated as isolated
 from .base import make_probe as make_probe
 from .base import register_probe as register_probe
+from .coordcheck import CoordProbe as CoordProbe
 from .coordcheck import CoordRecord as CoordRecord
-from .coordcheck import coord_check as coord_check
 from .coordcheck import coord_summary as coord_summary
 from .coordcheck import plot_coord_check as plot_coord_check
 from .delta import DeltaSpectrum as DeltaSpectrum
@@ -43,6 +43,8 @@ from .kernels import NTKDrift as NTKDrift
 from .kernels import analytic_ntk_relu as analytic_ntk_relu
 from .kernels import centered_kernel_alignment as centered_kernel_alignment
 from .kernels import empirical_ntk as empirical_ntk
+from .kernels import empirical_ntk_memory as empirical_ntk_memory
+from .kernels import empirical_ntk_structure as empirical_ntk_structure
 from .kernels import kernel_alignment as kernel_alignment
 from .kernels import kernel_gd_predictions as kernel_gd_predictions
 from .kernels import linearize as linearize
@@ -72,10 +74,12 @@ from .norms import group_norms as group_norms
 from .norms import last_layer_name as last_layer_name
 from .norms import layer_groups as layer_groups
 from .norms import role_groups as role_groups
+from .permutation import TransformerPermutation as TransformerPermutation
 from .permutation import activation_matching as activation_matching
 from .permutation import apply_permutation as apply_permutation
 from .permutation import interpolate as interpolate
 from .permutation import loss_barrier as loss_barrier
+from .permutation import match_transformers as match_transformers
 from .permutation import weight_matching as weight_matching
 from .randomized import bits_to_int as bits_to_int
 from .randomized import majority_vote as majority_vote
@@ -93,6 +97,10 @@ from .recurrent import one_step_gd_prediction as one_step_gd_prediction
 from .recurrent import optimal_gd_learning_rate as optimal_gd_learning_rate
 from .recurrent import pruned_copy as pruned_copy
 from .recurrent import query_gradient as query_gradient
+from .sharpness import HessianEigen as HessianEigen
+from .sharpness import Sharpness as Sharpness
+from .sharpness import hessian_top_eigenvalues as hessian_top_eigenvalues
+from .sharpness import hessian_trace as hessian_trace
 from .slingshot import SlingshotCycle as SlingshotCycle
 from .slingshot import detect_slingshots as detect_slingshots
 from .slingshot import grok_step as grok_step

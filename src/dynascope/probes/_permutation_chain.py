@@ -1,10 +1,19 @@
 """Hidden-unit permutations of a feed-forward chain of ``nn.Linear`` / ``nn.Conv2d`` layers.
 
 Glossary:
-    chain:    the model's ``nn.Linear`` and ``nn.Conv2d`` modules in registration order,
-              ``layer_0 .. layer_L``; between them only parameter-free, channel-wise modules
-              (ReLU, average pools, flatten of ``[batch, C, 1, 1]``, a global average pool in
-              ``forward``). No BatchNorm, no residual connections.
+    chain:    the model's ``nn.Linear`` and ``nn.Conv2d`` modules in the order the forward pass
+              calls them, ``layer_0 .. layer_L`` (read from a recorded forward on a probe batch,
+              :func:`trace_chain`; registration order only where no batch is given). Between
+              them only parameter-free, channel-wise modules (ReLU, average pools, flatten of
+              ``[batch, C, 1, 1]``, a global average pool in ``forward``). No BatchNorm.
+    executed chain: every registered layer is called exactly once, ``layer_{l+1}`` reads
+              only what ``layer_l`` wrote (``layer_0`` only the input), and the output depends
+              only on ``layer_L``. Residual or skip connections, a layer called twice, a layer
+              never called and branches are refused: a hidden-unit permutation of such a net
+              is not a symmetry of the chain formulas below.
+    probe:    a batch of inputs ``[n, ...]`` the model reads; the chain is recorded on its
+              first :data:`TRACE_ROWS` rows, and a permuted copy is checked on its first
+              :data:`VERIFY_ROWS` rows (:func:`check_same_function`).
     params:   ``[(weight_l, bias_l or None) for l in 0..L]``; ``weight_l`` is ``[out, in]``
               (Linear) or ``[out, in, kh, kw]`` (Conv2d): output units on axis 0, input units
               on axis 1 (torch's layout; S7's ``x @ W`` formulas use ``W = weight.T``).
@@ -30,24 +39,81 @@ from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
 
 LayerParams = list[tuple[Tensor, Tensor | None]]
 
+TRACE_ROWS = 16  # rows of the probe batch the chain is recorded on
+VERIFY_ROWS = 256  # rows of the probe batch a permuted copy is checked on
+_INPUT = "<input>"
 
-def permutable_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """The chain ``[(name, module)]`` of ``model``'s Linear/Conv2d layers, in order.
 
-    Args:
-        model: a feed-forward net whose parametrised modules are all ``nn.Linear`` or
-            ``nn.Conv2d`` (groups 1), consecutive widths matching (a Linear after a Conv2d
-            reads the globally pooled channels).
-    Returns:
-        ``[(qualified name, module)]``, at least two layers.
-    Raises:
-        ValueError: if another module holds parameters or buffers (BatchNorm, LayerNorm, ...),
-            a convolution is grouped, there are fewer than two layers, or consecutive widths
-            differ (e.g. a flatten of spatial maps).
+class ChainPermutation(list):
+    """``[pi_0, .., pi_{L-1}]`` (a ``list`` of int64 tensors) with the probe batch it came from.
+
+    :func:`activation_matching` returns one, so ``apply_permutation(model_b, perms)`` can check
+    the permuted copy on the same inputs without being given them again.
+
+    Attributes:
+        probe: inputs ``[n, ...]`` the matching read (``None`` for a plain list).
     """
+
+    def __init__(self, perms: Sequence[Tensor], probe: Tensor | None = None) -> None:
+        super().__init__(perms)
+        self.probe = probe
+
+
+class _Provenance(TorchFunctionMode):
+    """Tags every tensor computed during a forward with the chain layers it depends on.
+
+    A layer's output is tagged with its own name (forward hook); any other op's output gets
+    the union of its tensor arguments' tags (parameters carry none). Tensors are kept alive
+    for the whole forward so that ``id`` is a stable key.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: dict[int, frozenset[str]] = {}
+        self.alive: list[Tensor] = []
+
+    def tag(self, value: object, tags: frozenset[str]) -> None:
+        for t in _tensors(value):
+            self.tags[id(t)] = tags
+            self.alive.append(t)
+
+    def of(self, value: object) -> frozenset[str]:
+        tags: frozenset[str] = frozenset()
+        for t in _tensors(value):
+            tags = tags | self.tags.get(id(t), frozenset())
+        return tags
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        tags = self.of((args, kwargs))
+        if tags:
+            self.tag(out, tags)
+        return out
+
+
+def _tensors(value: object):
+    """Every tensor in ``value``, descending into tuples, lists and dict values."""
+    if isinstance(value, Tensor):
+        yield value
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _tensors(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
+
+
+def _names(tags: frozenset[str]) -> str:
+    return ", ".join("the input" if t == _INPUT else repr(t) for t in sorted(tags)) or "nothing"
+
+
+def _registered_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """Linear/Conv2d modules in registration order; refuses other parametrised modules."""
     layers = []
     for name, module in model.named_modules():
         if isinstance(module, nn.Linear | nn.Conv2d):
@@ -63,6 +129,110 @@ def permutable_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
             )
     if len(layers) < 2:
         raise ValueError(f"model must hold at least 2 Linear/Conv2d layers (got {len(layers)})")
+    return layers
+
+
+def trace_chain(model: nn.Module, x: Tensor) -> list[str]:
+    """Names of the chain's layers in the order one forward on ``x`` calls them.
+
+    Records a forward on ``x[:TRACE_ROWS]`` (eval mode, no gradients, RNG forked; mode and
+    hooks restored) with a hook on every Linear/Conv2d and a torch-function mode that tags
+    each tensor with the layers it depends on; then checks that the executed graph is a
+    chain (module glossary). A net whose layers are registered in another order than they
+    are called is accepted: the executed order is the chain.
+
+    Args:
+        model: a feed-forward net of ``nn.Linear`` / ``nn.Conv2d`` layers.
+        x: a probe batch ``[n, ...]`` of inputs ``model`` reads.
+    Returns:
+        ``[name_0, .., name_L]`` qualified module names, in call order.
+    Raises:
+        ValueError: if a layer is never called on ``x`` or called more than once; if a layer
+            reads anything but the previous layer's output (the input, for the first: a
+            residual or skip connection, a branch); if the output depends on anything but the
+            last layer; or as :func:`permutable_layers` without ``x``.
+    """
+    registered = _registered_layers(model)
+    mode = _Provenance()
+    calls: list[str] = []
+    reads: list[frozenset[str]] = []
+
+    def before(name: str):
+        def hook(module: nn.Module, args: tuple) -> None:
+            calls.append(name)
+            reads.append(mode.of(args))
+
+        return hook
+
+    def after(name: str):
+        def hook(module: nn.Module, args: tuple, output: object) -> None:
+            mode.tag(output, frozenset({name}))
+
+        return hook
+
+    handles = []
+    for name, module in registered:
+        handles.append(module.register_forward_pre_hook(before(name)))
+        handles.append(module.register_forward_hook(after(name)))
+    was_training = [m.training for m in model.modules()]
+    model.eval()
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]), mode:
+            probe = x[:TRACE_ROWS]
+            mode.tag(probe, frozenset({_INPUT}))
+            depends = mode.of(model(probe))
+    finally:
+        for handle in handles:
+            handle.remove()
+        for module, training in zip(model.modules(), was_training):
+            module.training = training
+    for name, _ in registered:
+        count = calls.count(name)
+        if count != 1:
+            what = "never called" if count == 0 else f"called {count} times"
+            raise ValueError(
+                f"layer {name!r} is {what} in one forward on x; a permutation chain calls "
+                "each registered Linear/Conv2d exactly once"
+            )
+    for k, (name, read) in enumerate(zip(calls, reads)):
+        expected = frozenset({_INPUT if k == 0 else calls[k - 1]})
+        if read != expected:
+            kind = "a residual or skip connection" if expected < read else "not a chain"
+            raise ValueError(
+                f"layer {name!r} reads {_names(read)} but a chain layer reads only "
+                f"{_names(expected)} ({kind})"
+            )
+    if depends != frozenset({calls[-1]}):
+        raise ValueError(
+            f"the model's output depends on {_names(depends)}, not only on the last layer "
+            f"called {calls[-1]!r} (a residual or skip connection)"
+        )
+    return calls
+
+
+def permutable_layers(model: nn.Module, x: Tensor | None = None) -> list[tuple[str, nn.Module]]:
+    """The chain ``[(name, module)]`` of ``model``'s Linear/Conv2d layers, in order.
+
+    With ``x``, the order is the executed one and the graph is checked to be a chain
+    (:func:`trace_chain`). Without ``x`` it is registration order, unchecked: enough where
+    only the list of layers matters (interpolation, averaging), not for permutations.
+
+    Args:
+        model: a feed-forward net whose parametrised modules are all ``nn.Linear`` or
+            ``nn.Conv2d`` (groups 1), consecutive widths matching (a Linear after a Conv2d
+            reads the globally pooled channels).
+        x: a probe batch ``[n, ...]`` (``None``: registration order).
+    Returns:
+        ``[(qualified name, module)]``, at least two layers.
+    Raises:
+        ValueError: if another module holds parameters or buffers (BatchNorm, LayerNorm, ...),
+            a convolution is grouped, there are fewer than two layers, consecutive widths
+            differ (e.g. a flatten of spatial maps), or as :func:`trace_chain`.
+    """
+    layers = _registered_layers(model)
+    if x is not None:
+        modules = dict(layers)
+        layers = [(name, modules[name]) for name in trace_chain(model, x)]
     for (name_a, a), (name_b, b) in zip(layers, layers[1:]):
         if a.weight.shape[0] != b.weight.shape[1]:
             raise ValueError(
@@ -72,15 +242,19 @@ def permutable_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return layers
 
 
-def layer_params(model: nn.Module) -> LayerParams:
+def layer_params(model: nn.Module, x: Tensor | None = None) -> LayerParams:
     """``[(weight, bias or None)]`` of the chain, detached (views of the live parameters).
 
+    Args:
+        model: see :func:`permutable_layers`.
+        x: a probe batch: the layers come in executed order, checked to be a chain (give it
+            for :func:`weight_matching`; ``None``: registration order).
     Raises:
         ValueError: as :func:`permutable_layers`.
     """
     return [
         (m.weight.detach(), None if m.bias is None else m.bias.detach())
-        for _, m in permutable_layers(model)
+        for _, m in permutable_layers(model, x)
     ]
 
 
@@ -136,14 +310,19 @@ def permute_params(params: LayerParams, perms: Sequence[Tensor]) -> LayerParams:
     return out
 
 
-def load_params(model: nn.Module, params: LayerParams) -> nn.Module:
+def load_params(model: nn.Module, params: LayerParams, x: Tensor | None = None) -> nn.Module:
     """A deep copy of ``model`` holding ``params`` in its chain (``model`` is not modified).
 
+    Args:
+        model: see :func:`permutable_layers`.
+        params: one ``(weight, bias)`` per layer, in the order of ``permutable_layers(model,
+            x)``.
+        x: a probe batch (executed order), or ``None`` (registration order).
     Raises:
         ValueError: if the layer count or a shape differs, or biases are present in one and
-            missing in the other.
+            missing in the other; or as :func:`permutable_layers`.
     """
-    layers = permutable_layers(model)
+    layers = permutable_layers(model, x)
     if len(params) != len(layers):
         raise ValueError(f"params must hold {len(layers)} layers (got {len(params)})")
     for (name, module), (weight, bias) in zip(layers, params):
@@ -154,26 +333,100 @@ def load_params(model: nn.Module, params: LayerParams) -> nn.Module:
             )
     new = copy.deepcopy(model)
     with torch.no_grad():
-        for (_, module), (weight, bias) in zip(permutable_layers(new), params):
+        for (name, _), (weight, bias) in zip(layers, params):
+            module = new.get_submodule(name)
             module.weight.copy_(weight)
             if bias is not None:
                 module.bias.copy_(bias)
     return new
 
 
-def apply_permutation(model: nn.Module, perms: Sequence[Tensor]) -> nn.Module:
-    """A copy of ``model`` with its hidden units permuted by ``perms`` (same function).
+def check_same_function(model: nn.Module, permuted: nn.Module, x: Tensor) -> None:
+    """Raise unless ``permuted`` computes ``model``'s function on ``x[:VERIFY_ROWS]``.
+
+    Both run in eval mode without gradients (modes restored, RNG forked). Equal means
+    ``max|f_perm(x) - f(x)| <= sqrt(eps) * max|f(x)|`` with ``eps`` the output dtype's machine
+    epsilon (1.5e-8 relative in float64, 3.5e-4 in float32): reordering the sums of a
+    permuted matmul moves outputs by a few ``eps``; a permutation that breaks the function
+    moves them by O(1) (0.34-1.64 relative on the nets of issue 20).
+
+    Args:
+        model, permuted: nets reading ``x``.
+        x: probe batch ``[n, ...]``.
+    Raises:
+        ValueError: if the outputs' shapes differ or they differ by more than the tolerance.
+    """
+    probe = x[:VERIFY_ROWS]
+    outputs = []
+    for net in (model, permuted):
+        was_training = [m.training for m in net.modules()]
+        net.eval()
+        try:
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                outputs.append(torch.as_tensor(net(probe)))
+        finally:
+            for module, training in zip(net.modules(), was_training):
+                module.training = training
+    expected, got = outputs
+    if expected.shape != got.shape:
+        raise ValueError(
+            f"the permuted model's output shape {tuple(got.shape)} differs from the model's "
+            f"{tuple(expected.shape)}"
+        )
+    if not expected.is_floating_point():
+        expected, got = expected.double(), got.double()
+    scale = expected.abs().amax().clamp_min(torch.finfo(expected.dtype).tiny)
+    error = (got - expected).abs().amax() / scale
+    tol = torch.finfo(expected.dtype).eps ** 0.5
+    if not error <= tol:
+        raise ValueError(
+            f"the permuted model computes another function: max |f_perm(x) - f(x)| / "
+            f"max |f(x)| = {error.item():.3g} on the probe batch (allowed <= {tol:.3g})"
+        )
+
+
+def probe_batch(perms: object, x: Tensor | None) -> Tensor:
+    """``x``, else the probe recorded with ``perms``; raises if there is neither.
+
+    Raises:
+        ValueError: if ``x`` is ``None`` and ``perms`` has no ``probe``.
+    """
+    if x is None:
+        x = getattr(perms, "probe", None)
+    if x is None:
+        raise ValueError(
+            "x must be a probe batch to check the permuted model on (got x=None and perms "
+            "without a recorded probe; pass x= or the result of a matching)"
+        )
+    return x
+
+
+def apply_chain_permutation(
+    model: nn.Module, perms: Sequence[Tensor], x: Tensor | None = None
+) -> nn.Module:
+    """A copy of ``model`` with its hidden units permuted by ``perms``, checked to be the same
+    function.
+
+    The chain is the executed one on the probe batch (:func:`trace_chain`), and the copy is
+    checked against ``model`` on it (:func:`check_same_function`).
 
     Args:
         model: an MLP or CNN chain (:func:`permutable_layers`), with or without biases.
         perms: one permutation per hidden axis; ``perms[l][j]`` is the unit of ``model`` that
             lands at position ``j`` (a matching's output, :func:`activation_matching`).
+        x: the probe batch ``[n, ...]``; ``None`` takes ``perms.probe`` (a
+            :class:`ChainPermutation` from :func:`activation_matching`).
     Returns:
         A deep copy; ``model`` is not modified.
     Raises:
-        ValueError: as :func:`permutable_layers` and :func:`check_perms`.
+        ValueError: if there is no probe batch, as :func:`permutable_layers`,
+            :func:`check_perms` and :func:`check_same_function`.
     """
-    return load_params(model, permute_params(layer_params(model), perms))
+    x = probe_batch(perms, x)
+    params = layer_params(model, x)
+    permuted = load_params(model, permute_params(params, perms), x)
+    check_same_function(model, permuted, x)
+    return permuted
 
 
 def combine_params(params: Sequence[LayerParams], weights: Sequence[float]) -> LayerParams:

@@ -39,10 +39,14 @@ class ProbeContext:
         step: the training step the measurement belongs to.
         batch: the current batch (name -> tensor), for probes that need inputs; ``None`` when
             the caller has none.
+        loss: the training loss as the engine takes it, ``loss(model, batch) -> loss`` or
+            ``(loss, metrics)`` (``dynascope.train.Parts.loss``), when the caller knows it, for
+            probes of the loss landscape (:class:`~dynascope.probes.Sharpness`); else ``None``.
     """
 
     step: int
     batch: dict[str, Tensor] | None = None
+    loss: Callable[[nn.Module, dict[str, Tensor]], Any] | None = None
 
 
 def _rng_devices(model: nn.Module) -> tuple[str | None, list[int]]:

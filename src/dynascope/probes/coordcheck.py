@@ -1,8 +1,8 @@
 """Coordinate check: how big each module's activations are, per width and training step.
 
 Glossary:
-    width:      the width n of one model in the sweep (what ``model_factory(width)`` builds).
-    seed:       ``torch.manual_seed(seed)`` before building each model (``nseeds`` seeds).
+    width:      the width n of one model in the sweep.
+    seed:       the run seed of one model (its initialisation).
     t:          step index 1..nsteps; the forward pass at ``t`` follows ``t - 1`` optimizer
                 updates, so ``t = 1`` is at initialisation.
     module:     a named output: a submodule's output (forward hooks) or a name returned by the
@@ -13,9 +13,12 @@ Glossary:
 
 Protocol (microsoft/mup ``coord_check.py`` with ``fix_data=True``): for each seed and width,
 build the model and its optimizer; for t = 1..nsteps, forward the same batch recording each
-module's output, then backward the loss and step. Under muP every module's l1 stays flat in
-width at every t; under the standard parametrization with Adam, logits and hidden activations
-grow roughly in proportion to width after the first update.
+module's output, then backward the loss and step. This module holds the measurement
+(:class:`CoordProbe`, run by the engine's Monitor after each step, and the summaries); the
+training around it is :func:`dynascope.train.coord_check` (the engine, seeds as ensembles).
+Under muP every module's l1 stays flat in width at every t; under the standard
+parametrization with Adam, logits and hidden activations grow roughly in proportion to width
+after the first update.
 
 Summaries per (module, t) over the seed means: ``width_ratio = l1(w_max) / l1(w_min)``,
 ``spread = max_w l1 / min_w l1`` and the least-squares slope of log l1 against log width.
@@ -37,7 +40,13 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-__all__ = ["CoordRecord", "coord_check", "coord_summary", "plot_coord_check"]
+__all__ = [
+    "CoordProbe",
+    "CoordRecord",
+    "coord_summary",
+    "plot_coord_check",
+    "records_from_rows",
+]
 
 Forward = Callable[[nn.Module, Tensor], tuple[Tensor, dict[str, Tensor]]]
 
@@ -75,71 +84,66 @@ def _hooked_forward(model: nn.Module, x: Tensor) -> tuple[Tensor, dict[str, Tens
     return output, caught
 
 
-def coord_check(
-    model_factory: Callable[[int], nn.Module],
-    widths: Sequence[int],
-    batch: tuple[Tensor, Tensor],
-    *,
-    loss_fn: Callable[[Tensor, Tensor], Tensor],
-    make_optimizer: Callable[[nn.Module, int], torch.optim.Optimizer],
-    nsteps: int = 3,
-    nseeds: int = 3,
-    forward: Forward | None = None,
-    seed_offset: int = 0,
-) -> list[CoordRecord]:
-    """Record each module's mean |activation| for every width, seed and step.
+class CoordProbe:
+    """Each module's ``l1`` and ``rel_change`` on ``ctx.batch["x"]``: one coordinate-check row.
+
+    The first call (the model at initialisation, ``t = 1``) keeps each module's activation as the
+    reference of ``rel_change``; the probe's ``state_dict`` carries it through a checkpoint.
 
     Args:
-        model_factory: ``width -> model``; called after ``torch.manual_seed(seed)``.
-        widths: the widths to sweep (positive ints).
-        batch: ``(x, y)``, reused at every step (``fix_data``).
-        loss_fn: ``(output, y) -> scalar loss``.
-        make_optimizer: ``(model, width) -> optimizer`` (use
-            :func:`dynascope.nn.parametrization.parameter_groups` for muP learning rates).
-        nsteps: forward passes per model (>= 1); ``nsteps - 1`` updates happen in between.
-        nseeds: number of seeds (>= 1): ``seed_offset .. seed_offset + nseeds - 1``.
-        forward: optional ``(model, x) -> (output, {name: activation})``; default: ``model(x)``
-            with forward hooks on every named submodule. ``"output"`` is always recorded.
-        seed_offset: the first seed.
-    Returns:
-        ``CoordRecord`` rows, ``len(widths) * nseeds * nsteps * n_modules`` of them.
+        forward: ``(model, x) -> (output, {name: activation})``; default: ``model(x)`` with
+            forward hooks on every named submodule. ``"output"`` is always recorded.
+    Returns (per call):
+        ``{"l1.<module>": float, "rel.<module>": float}`` (``rel`` is NaN where the reference is
+        0, e.g. a zero-initialised readout).
     Raises:
-        ValueError: if ``widths`` is empty or holds a non-positive entry, or ``nsteps`` or
-            ``nseeds`` is below 1.
+        ValueError: if ``ctx.batch`` holds no ``"x"``.
     References:
         microsoft/mup ``coord_check.py``; Yang et al. (2022), arXiv 2203.03466, Sec. D.1.
     """
-    if not widths or any(int(w) != w or w < 1 for w in widths):
-        raise ValueError(f"widths must be a non-empty list of positive ints (got {list(widths)})")
-    if nsteps < 1:
-        raise ValueError(f"nsteps must be >= 1 (got nsteps={nsteps})")
-    if nseeds < 1:
-        raise ValueError(f"nseeds must be >= 1 (got nseeds={nseeds})")
-    run_forward = forward or _hooked_forward
-    x, y = batch
-    records: list[CoordRecord] = []
-    for seed in range(seed_offset, seed_offset + nseeds):
-        for width in widths:
-            torch.manual_seed(seed)
-            model = model_factory(int(width))
-            optimizer = make_optimizer(model, int(width))
-            first: dict[str, Tensor] = {}
-            for t in range(1, nsteps + 1):
-                output, acts = run_forward(model, x)
-                acts = {**acts, "output": output.detach()}
-                for name, act in acts.items():
-                    act = act.detach().float()
-                    if t == 1:
-                        first[name] = act
-                    norm0 = first[name].norm()
-                    rel = (act - first[name]).norm() / norm0 if norm0 > 0 else float("nan")
-                    records.append(
-                        CoordRecord(int(width), seed, name, t, float(act.abs().mean()), float(rel))
-                    )
-                if t < nsteps:
-                    optimizer.zero_grad(set_to_none=True)
-                    loss_fn(output, y).backward()
-                    optimizer.step()
+
+    def __init__(self, forward: Forward | None = None) -> None:
+        self.forward = forward or _hooked_forward
+        self.first: dict[str, Tensor] | None = None
+
+    @torch.no_grad()
+    def __call__(self, model: nn.Module, ctx: Any) -> dict[str, float]:
+        batch = getattr(ctx, "batch", None)
+        if not batch or "x" not in batch:
+            raise ValueError("ctx.batch: the coordinate check needs a batch with key 'x'")
+        output, acts = self.forward(model, batch["x"])
+        acts = {**acts, "output": output}
+        acts = {name: act.detach().float() for name, act in acts.items()}
+        if self.first is None:
+            self.first = {name: act.clone() for name, act in acts.items()}
+        out: dict[str, float] = {}
+        for name, act in acts.items():
+            norm0 = self.first[name].norm()
+            rel = (act - self.first[name]).norm() / norm0 if norm0 > 0 else float("nan")
+            out[f"l1.{name}"] = float(act.abs().mean())
+            out[f"rel.{name}"] = float(rel)
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """The reference activations (``None`` before the first call)."""
+        return {"first": self.first}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        self.first = state["first"]
+
+
+def records_from_rows(
+    rows: Sequence[tuple[int, int, int, dict[str, float]]],
+) -> list[CoordRecord]:
+    """:class:`CoordRecord` rows from ``(width, seed, t, CoordProbe output)`` tuples."""
+    records = []
+    for width, seed, t, values in rows:
+        for key, value in values.items():
+            if key.startswith("l1."):
+                module = key[3:]
+                rel = values.get(f"rel.{module}", float("nan"))
+                records.append(CoordRecord(int(width), int(seed), module, int(t), value, rel))
     return records
 
 
@@ -246,7 +250,7 @@ def plot_coord_check(
             )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set(xlabel="width", ylabel=stat if ax is axes[0] else None, title=f"t = {t}")
+        ax.set(xlabel="width", ylabel=stat, title=f"t = {t}")
     handles, labels = axes[-1].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=7, loc="outside right upper")
     return fig

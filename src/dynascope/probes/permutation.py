@@ -21,6 +21,15 @@ Two matchings:
       layers' permutations, each maximising ``sum <W^a, P W^b>`` over the weights touching
       that axis with the other permutations held fixed.
 
+Transformers (:class:`dynascope.nn.Transformer`): :func:`match_transformers` finds the
+residual-stream, head, per-head ``d_head`` and MLP permutations, by activations or by weights
+(:mod:`._transformer_permutation`); :func:`apply_permutation` takes its result too.
+
+Never silent: the chain is the graph a forward on a probe batch executes (:func:`trace_chain`),
+not registration order; residual connections, reused, unused and out-of-chain layers are
+refused with a one-line error, and every :func:`apply_permutation` checks the permuted copy
+against the model on a probe batch (:func:`check_same_function`) and raises if it differs.
+
 Everything here is pure: no model is modified, no RNG is consumed except ``generator``.
 
 References:
@@ -28,6 +37,8 @@ References:
     initialisations performing above chance and how to find them", OPT 2022, arXiv 2209.07509.
     Ainsworth, Hayase, Srinivasa (2023), "Git Re-Basin: merging models modulo permutation
     symmetries", ICLR, arXiv 2209.04836, Sec. 3.2 (weight matching, Alg. 1).
+    Verma, Elbayad (2024), "Merging Text Transformer Models from Different Initializations",
+    arXiv 2403.00986, Sec. 3 (transformer permutations).
     Li, Yosinski, Clune, Lipson, Hopcroft (2016), "Convergent learning", ICLR, arXiv 1511.07543
     (matching units by activation correlation).
 """
@@ -36,115 +47,71 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import torch
-from scipy.optimize import linear_sum_assignment
 from torch import Tensor, nn
 
+from ._assignment import activation_similarity as activation_similarity
+from ._assignment import invert_permutation as invert_permutation
+from ._assignment import match_units as match_units
 from ._interpolation import DEFAULT_ALPHAS as DEFAULT_ALPHAS
 from ._interpolation import InterpolationPath as InterpolationPath
 from ._interpolation import evaluate as evaluate
 from ._interpolation import interpolate as interpolate
 from ._interpolation import loss_barrier as loss_barrier
 from ._interpolation import tune_temperature as tune_temperature
+from ._permutation_chain import ChainPermutation as ChainPermutation
 from ._permutation_chain import LayerParams as LayerParams
-from ._permutation_chain import apply_permutation as apply_permutation
+from ._permutation_chain import apply_chain_permutation
 from ._permutation_chain import check_perms as check_perms
+from ._permutation_chain import check_same_function as check_same_function
 from ._permutation_chain import combine_params as combine_params
 from ._permutation_chain import hidden_widths as hidden_widths
 from ._permutation_chain import layer_params as layer_params
 from ._permutation_chain import load_params as load_params
 from ._permutation_chain import permutable_layers as permutable_layers
 from ._permutation_chain import permute_params as permute_params
+from ._permutation_chain import trace_chain as trace_chain
+from ._transformer_permutation import TransformerPermutation as TransformerPermutation
+from ._transformer_permutation import apply_transformer_permutation
+from ._transformer_permutation import (
+    check_transformer_permutation as check_transformer_permutation,
+)
+from ._transformer_permutation import interpolate_parameters as interpolate_parameters
+from ._transformer_permutation import match_transformers as match_transformers
+from ._transformer_permutation import permute_transformer_state as permute_transformer_state
 
 __all__ = [
     "DEFAULT_ALPHAS",
+    "ChainPermutation",
     "InterpolationPath",
     "LayerParams",
+    "TransformerPermutation",
     "activation_matching",
     "activation_similarity",
     "apply_permutation",
     "average_params",
     "check_perms",
+    "check_same_function",
+    "check_transformer_permutation",
     "combine_params",
     "evaluate",
     "hidden_activations",
     "hidden_widths",
     "interpolate",
+    "interpolate_parameters",
     "invert_permutation",
     "layer_params",
     "load_params",
     "loss_barrier",
+    "match_transformers",
     "match_units",
     "permutable_layers",
     "permute_params",
+    "permute_transformer_state",
+    "trace_chain",
     "tune_temperature",
     "weight_matching",
 ]
-
-
-def invert_permutation(perm: Tensor) -> Tensor:
-    """``inv`` with ``inv[perm[j]] = j`` (int64, same device)."""
-    inv = torch.empty_like(perm)
-    inv[perm] = torch.arange(len(perm), device=perm.device, dtype=perm.dtype)
-    return inv
-
-
-def match_units(similarity: Tensor) -> Tensor:
-    """The permutation maximising ``sum_j similarity[j, perm[j]]`` (Hungarian algorithm).
-
-    Args:
-        similarity: ``[d, d]`` finite scores.
-    Returns:
-        ``perm`` int64 ``[d]`` on CPU.
-    Raises:
-        ValueError: if ``similarity`` is not square or holds NaN/inf.
-    References:
-        Crouse (2016), "On implementing 2D rectangular assignment algorithms", IEEE TAES
-        (``scipy.optimize.linear_sum_assignment``).
-    """
-    if similarity.ndim != 2 or similarity.shape[0] != similarity.shape[1]:
-        raise ValueError(f"similarity must be square [d, d] (got {tuple(similarity.shape)})")
-    scores = similarity.detach().to("cpu", torch.float64)
-    if not torch.isfinite(scores).all():
-        raise ValueError("similarity must be finite (got NaN or inf entries)")
-    rows, cols = linear_sum_assignment(scores.numpy(), maximize=True)
-    perm = np.empty(len(rows), dtype=np.int64)
-    perm[rows] = cols
-    return torch.from_numpy(perm)
-
-
-def activation_similarity(
-    acts_a: Tensor, acts_b: Tensor, *, center: bool = False, eps: float = 1e-8
-) -> Tensor:
-    """``S = Â^T B̂``: cosine between unit ``j`` of a and unit ``k`` of b over the n rows.
-
-    ``Â[:, j] = A[:, j] / (||A[:, j]|| + eps)`` (S7 step 2; ``center=True`` subtracts each
-    column's mean first, giving Pearson correlations). A dead unit (all-zero column) has
-    similarity 0 to every unit. Computed in float64.
-
-    Args:
-        acts_a, acts_b: ``[n, d]`` activations of the same inputs.
-        center: subtract column means first.
-        eps: added to each column norm (S7: 1e-8).
-    Returns:
-        ``[d, d]`` float64, entries in [-1, 1].
-    Raises:
-        ValueError: if the shapes are not equal ``[n, d]`` or hold NaN.
-    """
-    if acts_a.ndim != 2 or acts_a.shape != acts_b.shape:
-        raise ValueError(
-            f"acts_a and acts_b must both be [n, d] (got {tuple(acts_a.shape)}, "
-            f"{tuple(acts_b.shape)})"
-        )
-    a, b = acts_a.to(torch.float64), acts_b.to(torch.float64)
-    if a.isnan().any() or b.isnan().any():
-        raise ValueError("acts_a and acts_b must not hold NaN")
-    if center:
-        a, b = a - a.mean(0), b - b.mean(0)
-    a = a / (a.norm(dim=0) + eps)
-    b = b / (b.norm(dim=0) + eps)
-    return a.mT @ b
 
 
 def _as_rows(acts: Tensor) -> Tensor:
@@ -164,9 +131,9 @@ def hidden_activations(
     glossary). The model's mode and parameters are untouched.
 
     Raises:
-        ValueError: as :func:`permutable_layers`.
+        ValueError: as :func:`permutable_layers` (the chain is the one executed on ``x``).
     """
-    layers = permutable_layers(model)
+    layers = permutable_layers(model, x)
     captured: list[list[Tensor]] = [[] for _ in layers[1:]]
 
     def hook(index: int):
@@ -207,20 +174,59 @@ def activation_matching(
         center: Pearson correlation instead of uncentred cosine.
         batch_size: forward chunk size (``None``: one pass).
     Returns:
-        ``[pi_0, .., pi_{L-1}]`` int64 CPU; ``apply_permutation(model_b, perms)`` aligns b to a.
+        A :class:`ChainPermutation` ``[pi_0, .., pi_{L-1}]`` (int64 CPU) carrying ``x`` as its
+        probe; ``apply_permutation(model_b, perms)`` aligns b to a and checks it on ``x``.
     Raises:
         ValueError: if the architectures' hidden widths differ, or as
-            :func:`permutable_layers`.
+            :func:`permutable_layers` (each net's chain is the one executed on ``x``: residual
+            connections, reused, unused layers are refused).
     References:
         Benzing et al. (2022), arXiv 2209.07509, Sec. 2; Li et al. (2016), arXiv 1511.07543.
     """
-    widths_a = hidden_widths(layer_params(model_a))
-    widths_b = hidden_widths(layer_params(model_b))
+    widths_a = hidden_widths(layer_params(model_a, x))
+    widths_b = hidden_widths(layer_params(model_b, x))
     if widths_a != widths_b:
         raise ValueError(f"hidden widths must agree (got a {widths_a}, b {widths_b})")
     acts_a = hidden_activations(model_a, x, batch_size=batch_size)
     acts_b = hidden_activations(model_b, x, batch_size=batch_size)
-    return [match_units(activation_similarity(a, b, center=center)) for a, b in zip(acts_a, acts_b)]
+    perms = [
+        match_units(activation_similarity(a, b, center=center)) for a, b in zip(acts_a, acts_b)
+    ]
+    return ChainPermutation(perms, probe=x)
+
+
+def apply_permutation(model: nn.Module, perms: object, x: Tensor | None = None) -> nn.Module:
+    """A copy of ``model`` permuted by ``perms``, checked to compute the same function.
+
+    Two kinds of model and permutation:
+        * a chain (MLP/CNN, :func:`permutable_layers`) and ``[pi_0, .., pi_{L-1}]`` (a list,
+          or the :class:`ChainPermutation` of :func:`activation_matching`);
+        * a :class:`dynascope.nn.Transformer` and a :class:`TransformerPermutation`
+          (:func:`match_transformers`).
+
+    Every call checks the copy against ``model`` on a probe batch
+    (:func:`check_same_function`, relative tolerance ``sqrt(eps)``) and raises if it differs:
+    ``x`` when given, else the probe the matching recorded (``perms.probe``).
+
+    Args:
+        model: the net to permute (not modified).
+        perms: the permutation (above); ``perms[l][j]`` / ``perm.residual[j]`` is the unit of
+            ``model`` that lands at position ``j``.
+        x: probe batch ``[n, ...]`` (``None``: ``perms.probe``).
+    Returns:
+        A deep copy of ``model``, permuted.
+    Raises:
+        ValueError: if there is no probe batch; if the chain is not one (residual, reused,
+            out-of-chain or unused layers, :func:`trace_chain`) or the transformer's layout is
+            not supported; if a permutation has the wrong size; if the copy computes another
+            function on the probe batch.
+    References:
+        Benzing et al. (2022), arXiv 2209.07509, Sec. 2; Ainsworth et al. (2023), arXiv
+        2209.04836, Sec. 3.
+    """
+    if isinstance(perms, TransformerPermutation):
+        return apply_transformer_permutation(model, perms, x)
+    return apply_chain_permutation(model, perms, x)
 
 
 def _unit_rows(weight: Tensor, axis: int) -> Tensor:
@@ -262,7 +268,10 @@ def weight_matching(
     more than ``tol``. Stops after a sweep without such a gain, or after ``max_sweeps``.
 
     Args:
-        params_a, params_b: :func:`layer_params` of two nets of the same architecture.
+        params_a, params_b: :func:`layer_params` of two nets of the same architecture; give
+            it the probe batch (``layer_params(model, x)``) so the layers come in executed
+            order, checked to be a chain. Apply the result with ``apply_permutation(model_b,
+            perms, x)``.
         max_sweeps: sweep cap (S7: 100).
         tol: minimum gain of ``sum_j S[j, pi[j]]`` that counts as progress (S7: 1e-12).
         generator: order of the visits (``None``: torch's global generator).

@@ -7,7 +7,8 @@ Glossary:
 Runs are compared by the last logged value of every scalar (per-head keys ``L*.H*`` left out,
 as in ``dynascope show``) plus their status and last step; studies by each claim's measured
 value, threshold, verdict, status and control value (the base seed too), and each run's
-status.
+status. :func:`config_differences` lists the config fields that differ (for studies, per run
+present in both).
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import math
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from dynascope.store import load_run
 
-__all__ = ["compare_dirs"]
+__all__ = ["compare_dirs", "config_differences"]
 
 
 def _kind(path: Path) -> str:
@@ -94,3 +97,46 @@ def compare_dirs(a: Path, b: Path) -> tuple[str, list[dict[str, Any]]]:
             delta = y - x
         rows.append({"key": key, "a": x, "b": y, "delta": delta})
     return kind_a, rows
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; lists and scalars are leaves."""
+    if not isinstance(data, dict):
+        return {prefix: data}
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        flat.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
+
+
+def _configs(path: Path) -> dict[str, Any]:
+    """Flattened config fields: a run's own, or every run of a study prefixed ``RUN/``."""
+    if _kind(path) == "run":
+        file = path / "config.yaml"
+        return _flatten(yaml.safe_load(file.read_text()) or {}) if file.is_file() else {}
+    flat: dict[str, Any] = {}
+    for file in sorted(path.glob("runs/*/config.yaml")) or sorted(path.glob("*/config.yaml")):
+        for key, value in _flatten(yaml.safe_load(file.read_text()) or {}).items():
+            flat[f"{file.parent.name}/{key}"] = value
+    return flat
+
+
+def config_differences(a: Path, b: Path) -> list[dict[str, Any]]:
+    """Config fields whose values differ between two run (or two study) directories.
+
+    For studies, runs are matched by name; a run present in only one directory shows up as
+    fields missing on the other side.
+
+    Returns:
+        Rows ``{key, a, b}`` (dotted keys, ``RUN/key`` for studies), in A's order then B's new
+        keys; a field missing on one side is ``None`` there.
+    Raises:
+        ValueError: if a directory is neither a run nor a study directory.
+    """
+    ca, cb = _configs(a), _configs(b)
+    keys = list(ca) + [k for k in cb if k not in ca]
+    return [
+        {"key": k, "a": ca.get(k), "b": cb.get(k)}
+        for k in keys
+        if k not in ca or k not in cb or ca[k] != cb[k]
+    ]

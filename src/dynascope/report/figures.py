@@ -10,13 +10,14 @@ import os
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-__all__ = ["new_figure", "save_figure"]
+__all__ = ["figure_problems", "new_figure", "save_figure"]
 
 _STYLE = {
     "figure.dpi": 110,
@@ -65,3 +66,95 @@ def save_figure(fig: Figure, path: str | os.PathLike[str]) -> Path:
     plt.close(fig)
     os.replace(tmp, path)
     return path
+
+
+def _colours(ax: Axes) -> set[str]:
+    """Distinct colours of the lines and scatter collections drawn on ``ax``."""
+    from matplotlib.colors import to_hex
+
+    colours = {to_hex(line.get_color()) for line in ax.get_lines() if line.get_visible()}
+    for collection in ax.collections:
+        faces = collection.get_facecolor()
+        if len(faces) == 1:  # one colour per collection (a scatter series), not a colour map
+            colours.add(to_hex(faces[0]))
+    # greys (reference lines, guides) carry no category
+    return {c for c in colours if len({c[1:3], c[3:5], c[5:7]}) > 1}
+
+
+def _legend_colours(fig: Figure) -> set[str]:
+    """Colours explained by any legend of ``fig`` (its panels' and its own)."""
+    from matplotlib.colors import to_hex
+
+    legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]
+    colours = set()
+    for legend in legends:
+        for handle in legend.legend_handles:
+            for getter in ("get_color", "get_facecolor"):
+                try:
+                    value = getattr(handle, getter)()
+                    colours.add(
+                        to_hex(value if np.ndim(value) == 1 or isinstance(value, str) else value[0])
+                    )
+                except (AttributeError, ValueError, IndexError, TypeError):
+                    continue
+    return colours
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text.replace("\N{MINUS SIGN}", "-").strip("$"))
+    except ValueError:
+        return False
+    return True
+
+
+def _labelled(ax: Axes, axis: str) -> bool:
+    """An axis is labelled by its own label, a shared axis's label, or category tick labels."""
+    from matplotlib.category import StrCategoryFormatter
+    from matplotlib.ticker import FixedFormatter, FixedLocator
+
+    if getattr(ax, f"get_{axis}label")():
+        return True
+    scale = getattr(ax, f"{axis}axis")
+    formatter, locator = scale.get_major_formatter(), scale.get_major_locator()
+    if isinstance(formatter, StrCategoryFormatter | FixedFormatter):
+        return True  # categories named on the ticks
+    if isinstance(locator, FixedLocator):  # set_xticks(positions, names): names, not numbers?
+        names = [str(formatter(value, i)) for i, value in enumerate(locator())]
+        if any(not _is_number(name) for name in names if name):
+            return True
+    shared = getattr(ax, f"get_shared_{axis}_axes")()
+    return any(getattr(other, f"get_{axis}label")() for other in shared.get_siblings(ax))
+
+
+def figure_problems(fig: Figure) -> list[str]:
+    """What a reader could not decode in ``fig``: panels without axis labels, and panels whose
+    colours carry meaning (two or more colours) that no legend or colour bar explains.
+
+    An axis counts as labelled by its own label, by a label on an axis it shares (``sharex``:
+    the bottom row), by category names on its ticks, or by ``fig.supxlabel``/``supylabel``.
+    Colours count as explained by a legend anywhere in the figure that shows them (one legend
+    for panels coloured alike) or by a colour bar. Colour bars, hidden panels and empty panels
+    are skipped.
+
+    Returns:
+        One line per problem, ``"panel 2 ('title'): no y label"``; empty when none.
+    """
+    problems = []
+    shared_x = getattr(fig, "_supxlabel", None) is not None
+    shared_y = getattr(fig, "_supylabel", None) is not None
+    explained = _legend_colours(fig)
+    has_colorbar = any(getattr(ax, "_colorbar", None) is not None for ax in fig.axes)
+    for i, ax in enumerate(fig.axes):
+        has_data = ax.get_lines() or ax.collections or ax.images or ax.patches
+        if not ax.get_visible() or not has_data or getattr(ax, "_colorbar", None) is not None:
+            continue
+        name = f"panel {i} ({ax.get_title()!r})"
+        if not shared_x and not _labelled(ax, "x"):
+            problems.append(f"{name}: no x label")
+        if not shared_y and not _labelled(ax, "y"):
+            problems.append(f"{name}: no y label")
+        colours = _colours(ax)
+        if len(colours) > 1 and not has_colorbar and not colours <= explained:
+            problems.append(f"{name}: {len(colours)} colours and no legend")
+    return problems

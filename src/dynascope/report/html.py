@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["render_page", "write_study_report", "write_run_report"]
+__all__ = ["render_page", "write_run_report", "write_study_report", "write_table_report"]
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;
@@ -181,7 +181,12 @@ def write_study_report(
             "Claim",
             f"<p>{html.escape(study.claim)}</p><p class=muted>Source: {html.escape(study.source)}"
             f"</p><p>Preset <b>{html.escape(outcome.preset)}</b>{seed}, {outcome.seconds:.1f} s, "
-            f"{len(outcome.runs)} runs ({html.escape(summary)}). Overall: {verdict}.</p>",
+            f"{len(outcome.runs)} runs ({html.escape(summary)}). Overall: {verdict}.</p>"
+            + (
+                "<p class=warn>smoke: plumbing check, not a scientific result</p>"
+                if outcome.preset == "smoke"
+                else ""
+            ),
         ),
         ("Verdicts", _table(claims)),
         ("Figures", _figures(figures)),
@@ -208,3 +213,15 @@ def write_run_report(run: Any, figures: list[Path], path: Path, summary: list[di
         ("Config", _configs({run.name: run.config})),
     ]
     return _write(path, render_page(f"dynascope run: {run.name}", sections))
+
+
+def write_table_report(
+    path: Path, title: str, figures: list[Path], tables: list[tuple[str, list[dict[str, Any]]]]
+) -> Path:
+    """Write a self-contained page: the figures (inlined), then one table per ``(heading, rows)``.
+
+    Used by ``dynascope inspect --out``.
+    """
+    sections = [("Figures", _figures(figures))]
+    sections += [(heading, _table(rows)) for heading, rows in tables]
+    return _write(Path(path), render_page(title, sections))

@@ -5,11 +5,23 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from matplotlib.ticker import MaxNLocator
+
 from dynascope.report.figures import new_figure, save_figure
 from dynascope.report.html import write_run_report
 from dynascope.store import load_run
 
 __all__ = ["report_run"]
+
+
+_UNITS = {"entropy": "nats"}  # metric name fragment -> unit; ranks and ratios have none
+
+
+def _ylabel(metric: str) -> str:
+    """Axis label of a probe metric: its name with spaces, and its unit where it has one."""
+    label = metric.replace("_", " ")
+    unit = next((u for fragment, u in _UNITS.items() if fragment in metric), None)
+    return f"{label} ({unit})" if unit else label
 
 
 def report_run(run_dir: str | os.PathLike[str]) -> Path:
@@ -42,16 +54,24 @@ def report_run(run_dir: str | os.PathLike[str]) -> Path:
         fig, axes = new_figure(
             ncols, nrows, title=f"{run.name}: probes (mean over layers and heads)", width=3.2
         )
+        # one colour and line style per prefix ("qk", "L0.dqk") in every panel; the styles
+        # differ too, so curves that coincide (qk and ov ranks) both stay visible
+        prefixes = sorted({k.split(".mean.", 1)[0] for k in mean_keys})
+        styles = {
+            prefix: {"color": f"C{i % 10}", "ls": ("-", "--", ":", "-.")[i % 4]}
+            for i, prefix in enumerate(prefixes)
+        }
         for ax, metric in zip(axes, metrics):
             for key in mean_keys:
                 if key.endswith(".mean." + metric):
                     series = run.scalar(key)
-                    # the full prefix ("qk", "L0.dqk") tells the curves apart
                     label = key.split(".mean.", 1)[0]
-                    ax.plot(series.index, series.values, marker=".", label=label)
+                    ax.plot(series.index, series.values, marker=".", label=label, **styles[label])
             ax.set_xscale("symlog", linthresh=1)
-            ax.set(xlabel="step", title=metric)
-            ax.legend(fontsize="small")
+            ax.set(xlabel="step (symlog)", ylabel=_ylabel(metric), title=metric)
+            if metric.startswith("rank"):  # counts: integer ticks
+                ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.legend(fontsize="small", title="mean of")
         for ax in axes[len(metrics) :]:
             ax.set_visible(False)
         paths.append(save_figure(fig, figures_dir / "probes.png"))

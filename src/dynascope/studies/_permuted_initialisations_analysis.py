@@ -15,6 +15,7 @@ import numpy as np
 from dynascope.report import new_figure, save_figure
 from dynascope.store import Run
 from dynascope.studies._run_values import last_or_nan
+from dynascope.studies._transformer_barrier import barrier_tables, split_runs
 from dynascope.studies.base import Analysis, Verdict
 
 __all__ = ["CHANCE", "P1_MIN_ACCURACY", "P2_MAX_ACCURACY", "P3_MIN_GAIN", "analyze"]
@@ -107,6 +108,7 @@ def _verdicts(label: str, rows: list[dict]) -> list[Verdict]:
 
 def analyze(runs: dict[str, Run], figures: Path) -> Analysis:
     """Verdicts p1-p3 per gated MLP architecture; tables and figures (see the study module)."""
+    runs, transformer_runs = split_runs(runs)
     rows = [_row(name, run) for name, run in sorted(runs.items())]
     finished = {r["run"]: r for r in rows if r["status"] == "finished"}
     pairs: dict[str, list[dict]] = {}
@@ -134,6 +136,7 @@ def analyze(runs: dict[str, Run], figures: Path) -> Analysis:
     nway = _nway_rows(runs, finished)
     if nway:
         tables["n-way averages of inits (matched to net 0 at the end)"] = nway
+    tables.update(barrier_tables(transformer_runs))
     figs = [
         _path_figure(runs, finished, figures),
         _barrier_figure(

@@ -84,6 +84,9 @@ from typing import Literal
 
 import numpy as np
 import torch
+from matplotlib import colormaps
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import Normalize
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynascope.monitor import LogSchedule
@@ -584,6 +587,7 @@ def _figures(rows: list[dict], runs: dict[str, Run], true_rank: int, figures: Pa
 
     shown = [w for w in rows if w["init"] == "default" or w["L"] in (0, *GREEDY_DEPTHS)][:8]
     fig, axes = new_figure(len(shown), 2, width=3.2, title="eigenvalue and singular-value paths")
+    mode_colours, modes = colormaps["viridis"], None
     for col, w in enumerate(shown):
         run = runs[w["run"]]
         top, bottom = axes[col], axes[len(shown) + col]
@@ -594,14 +598,23 @@ def _figures(rows: list[dict], runs: dict[str, Run], true_rank: int, figures: Pa
             steps, sigma = steps[keep], sigma[keep]
         except KeyError:
             continue
-        top.loglog(lat_steps + 1, np.maximum(spectrum, 1e-12))
+        # colour = mode index i (1 = largest), the same scale in every panel (colour bar)
+        modes = Normalize(1, max(spectrum.shape[1], sigma.shape[1]))  # mode index i -> colour
+        for i, line in enumerate(top.loglog(lat_steps + 1, np.maximum(spectrum, 1e-12))):
+            line.set_color(mode_colours(modes(i + 1)))
         top.axhline(RANK_TOL, color="k", ls=":", lw=1)
         top.set(title=f"L={w['L']} {w['init']}", xlabel="step + 1", ylim=(1e-8, 2))
-        bottom.semilogx(steps + 1, sigma)
+        top.set_ylabel("λ_i / λ_1 of cov(z)")
+        for i, line in enumerate(bottom.semilogx(steps + 1, sigma)):
+            line.set_color(mode_colours(modes(i + 1)))
         bottom.axhline(MODE_CUTOFF, color="k", ls=":", lw=1)
-        bottom.set(xlabel="step + 1")
-    axes[0].set_ylabel("λ_i / λ_1 of cov(z)")
-    axes[len(shown)].set_ylabel("σ_i(M), end-to-end")
+        bottom.set(xlabel="step + 1", ylabel="σ_i(M), end-to-end")
+    if modes is not None:  # at least one panel drawn
+        fig.colorbar(
+            ScalarMappable(norm=modes, cmap=mode_colours),
+            ax=axes,
+            label="mode index i (1 = the largest)",
+        )
     paths.append(save_figure(fig, figures / "eigenvalue_trajectories.png"))
 
     fig, axes = new_figure(len(shown), width=3.2, title="gain a_iᵀ P a_i along data PC i")
@@ -615,8 +628,7 @@ def _figures(rows: list[dict], runs: dict[str, Run], true_rank: int, figures: Pa
         for j in range(gain.shape[1]):
             ax.semilogx(steps + 1, gain[:, j], label=f"PC{j + 1}")
         ax.axhline(MODE_CUTOFF, color="k", ls=":", lw=1)
-        ax.set(title=f"L={w['L']} {w['init']}", xlabel="step + 1")
-    axes[0].set_ylabel("gain")
+        ax.set(title=f"L={w['L']} {w['init']}", xlabel="step + 1", ylabel="gain")
     axes[0].legend(fontsize=7)
     paths.append(save_figure(fig, figures / "direction_gains.png"))
     return paths

@@ -55,8 +55,12 @@ class EngineRunConfig(BaseModel):
     loop: Loop
 
 
+@functools.cache
 def engine_runner(build: Build) -> Callable[..., list[TrainResult] | TrainResult]:
-    """The picklable runner of ``build`` (a module-level function) for a :class:`RunSpec`."""
+    """The picklable runner of ``build`` (a module-level function) for a :class:`RunSpec`.
+
+    One object per ``build`` (cached), so the specs of a group compare equal runners.
+    """
     return functools.partial(run_members, build)
 
 

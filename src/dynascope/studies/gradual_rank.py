@@ -611,7 +611,10 @@ def _toy_figures(cfg, alphas, tr, per_alpha, figures: Path) -> list[Path]:
             values = tr[product][:, j]
             for i in range(values.shape[1]):
                 style = {"lw": 1.5} if i < n_teacher else {"color": "grey", "lw": 0.8, "alpha": 0.6}
-                ax.plot(info["tau"], values[:, i], **style)
+                label = f"entry {i + 1}" if i < n_teacher else "_other"
+                if i == n_teacher:
+                    label = "entries without a teacher component"
+                ax.plot(info["tau"], values[:, i], label=label, **style)
             for _, _, steepest in info["drops"]:
                 ax.axvline(info["tau"][steepest], color="k", ls=":", lw=0.8)
             ax.set(
@@ -620,6 +623,7 @@ def _toy_figures(cfg, alphas, tr, per_alpha, figures: Path) -> list[Path]:
                 title=f"{product}, α={alpha:g}",
                 xlim=(0, tau_max),
             )
+    axes[0].legend(fontsize=7)  # the same colour per entry in every panel
     paths.append(save_figure(fig, figures / "toy_entries.png"))
     return paths
 

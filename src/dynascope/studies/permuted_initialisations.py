@@ -44,6 +44,9 @@ reads only the stores):
   of permuted inits (``nway`` runs); self-checks on net 0: a random permutation changes no
   output, matching net 0 to its permuted copy recovers the permutation, the barrier of net 0
   with itself.
+- Transformers (issue 20; reported, not gated): per seed pair two recall transformers trained
+  by the engine, matched by ``match_transformers``, NLL/error barriers before and after
+  (:mod:`dynascope.studies._transformer_barrier`, docs/permutations.md).
 
 Verdicts (per gated architecture, the ``pairs`` group: MLP 64-1024-10 and 64-512-512-10; means
 over the seed pairs; chance = 0.10):
@@ -74,6 +77,7 @@ from dynascope.nn.permutation_nets import KaimingMLP
 from dynascope.probes import permutation as perm
 from dynascope.store import RunStore
 from dynascope.studies._permuted_initialisations_analysis import analyze
+from dynascope.studies._transformer_barrier import TransformerBarrierConfig, run_transformer_barrier
 from dynascope.studies.base import RunSpec, Study, one_intra_op_thread
 from dynascope.tasks import Digits
 
@@ -169,6 +173,8 @@ class PermutedInitialisationsPreset(BaseModel):
     cnn_archs: list[str] = Field(default_factory=list)
     cnn_optimizers: list[OptimizerChoice] = Field(default_factory=lambda: [OptimizerChoice()])
     cnn_pairs: int = Field(1, ge=1)
+    transformer_pairs: int = Field(0, ge=0, description="recall transformers: barrier runs")
+    transformer: TransformerBarrierConfig = Field(default_factory=TransformerBarrierConfig)
 
 
 # -- the runner -------------------------------------------------------------------------------
@@ -280,7 +286,9 @@ def _run(config: PermutedInitRunConfig, run_dir: Path, device: torch.device) -> 
         mid = min(range(len(alphas)), key=lambda i: abs(alphas[i] - 0.5))
         init_a = snaps[0][0]
         for name, perms in methods.items():
-            net_b = models[1] if perms is None else perm.apply_permutation(models[1], perms)
+            net_b = (
+                models[1] if perms is None else perm.apply_permutation(models[1], perms, x_match)
+            )
             path = perm.interpolate(models[0], net_b, x_test, y_test, alphas, tune=tune)
             init_b = snaps[1][0] if perms is None else perm.permute_params(snaps[1][0], perms)
             avg = score(perm.load_params(models[0], perm.average_params([init_a, init_b])))
@@ -335,7 +343,7 @@ def _self_checks(model, x_train, x_test, y_test, tune, store, end, seed) -> None
     gen = torch.Generator().manual_seed(seed)
     params = perm.layer_params(model)
     perms = [torch.randperm(d, generator=gen) for d in perm.hidden_widths(params)]
-    permuted = perm.apply_permutation(model, perms)
+    permuted = perm.apply_permutation(model, perms, x_train)
     with torch.no_grad():
         diff = (model(x_test) - permuted(x_test)).abs().max()
     truth = [perm.invert_permutation(p) for p in perms]
@@ -379,6 +387,7 @@ def fast() -> PermutedInitialisationsPreset:
         nway_hidden=[1024],
         nway_nets=10,
         cnn_archs=["32-32-avg-64-64"],
+        transformer_pairs=3,
     )
 
 
@@ -403,6 +412,7 @@ def paper() -> PermutedInitialisationsPreset:
             OptimizerChoice(optimizer="sgd", lr=0.01, weight_decay=1e-4),
             OptimizerChoice(optimizer="sgd", lr=0.03, weight_decay=1e-4),
         ],
+        transformer_pairs=3,
     )
 
 
@@ -455,6 +465,9 @@ def build_runs(preset: PermutedInitialisationsPreset, seed: int = 0) -> list[Run
                     match_steps=[],
                     **choice.model_dump(),
                 )
+    for k in range(preset.transformer_pairs):  # issue 20: barrier of matched transformers
+        config = preset.transformer.model_copy(update={"seed": s0 + k})
+        specs.append(RunSpec(f"transformer_recall_p{k}", config, run_transformer_barrier))
     return specs
 
 

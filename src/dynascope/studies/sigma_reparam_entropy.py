@@ -469,10 +469,9 @@ def _figures(runs: list[Run], rows: list[dict], figures: Path) -> list[Path]:
         top.axhline(COLLAPSE_FRACTION, color="grey", ls=":", lw=1)
         top.axhline(KEEP_FRACTION, color="grey", ls="-.", lw=1)
         top.set(title=f"lr = {lr:g}", xlabel="step", ylim=(-0.03, 1.05))
-        bottom.set(xlabel="step", yscale="log")
+        bottom.set(xlabel="step", yscale="log", ylabel="train loss (nats)")
+        top.set_ylabel("entropy / log T (thin: min head)")
         if j == 0:
-            top.set_ylabel("entropy / log T (thin: min head)")
-            bottom.set_ylabel("train loss (nats)")
             top.legend(loc="lower left")
     paths.append(save_figure(fig, figures / "entropy_loss_over_steps.png"))
 
@@ -511,8 +510,7 @@ def _figures(runs: list[Run], rows: list[dict], figures: Path) -> list[Path]:
             ls, color = _STYLE[row["method"]]
             top = s.reshape(len(steps), -1, s.shape[-1])[..., 0].max(axis=1)
             axes[j].plot(steps, top, ls=ls, color=color, label=_LABEL[row["method"]])
-        axes[j].set(title=f"lr = {lr:g}", xlabel="step", yscale="log")
-    axes[0].set_ylabel("σ_max(W_Q W_Kᵀ)")
+        axes[j].set(title=f"lr = {lr:g}", xlabel="step", yscale="log", ylabel="σ_max(W_Q W_Kᵀ)")
     if axes[0].get_legend_handles_labels()[0]:  # runs without the qk_spectrum probe draw none
         axes[0].legend(loc="upper left")
     paths.append(save_figure(fig, figures / "qk_sigma_over_steps.png"))

@@ -686,7 +686,7 @@ def _figures(measured: list[_Measured], figures: Path) -> list[Path]:
             for c in m.cycles:
                 ax.axvspan(c.start_step, c.end_step, color="tab:orange", alpha=0.25, lw=0)
                 ax.axvline(c.spike_step, color="tab:red", ls=":", lw=0.8)
-        top.set(title=f"{m.name} ({len(m.cycles)} cycles)", ylabel="‖W_U‖_F")
+        top.set(title=f"{m.name} ({len(m.cycles)} cycles)", xlabel="step", ylabel="‖W_U‖_F")
         bottom.set(xlabel="step", ylabel="train loss (nats, floor 1e-12)")
     paths = [save_figure(fig, figures / "norm_loss.png")]
 

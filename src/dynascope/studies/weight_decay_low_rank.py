@@ -56,6 +56,7 @@ from typing import Literal
 
 import numpy as np
 import torch
+from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -462,13 +463,14 @@ def _toy_figures(lambdas, bal, gap, l2, sigma, lam_cat, sig_cat, d, c, eta, figu
         title="(½‖A‖²+½‖B‖² − ‖ABᵀ‖_*) / L2",
     )
     ax1.legend(loc="upper right", ncol=3)
+    ax2.legend(loc="upper right", ncol=3)
     paths.append(save_figure(fig, figures / "a_balance_gap.png"))
 
-    fig, (ax1, ax2) = new_figure(2, title="(a) singular values of ABᵀ")
+    fig, (ax1, ax2) = new_figure(2, height=3.8, title="(a) singular values of ABᵀ")
     order = np.argsort(lam_cat)
     grid = np.linspace(0, lam_cat.max(), 200)
     for i, di in enumerate(d):
-        (line,) = ax1.plot(grid, np.maximum(di - c * grid, 0), ls=":", lw=1)
+        (line,) = ax1.plot(grid, np.maximum(di - c * grid, 0), ls=":", lw=1, color=f"C{i}")
         ax1.plot(
             lam_cat[order],
             sig_cat[order, len(d) - 1 - i],
@@ -476,13 +478,25 @@ def _toy_figures(lambdas, bal, gap, l2, sigma, lam_cat, sig_cat, d, c, eta, figu
             color=line.get_color(),
             label=f"d={di:g}",
         )
-    ax1.set(xlabel="λ", ylabel="σ_i(ABᵀ) at the last step", title="measured (dots), max(d−cλ,0)")
-    ax1.set_ylim(-0.03, 1.35)
-    ax1.legend(loc="upper right", ncol=3)
+    ax1.set(xlabel="weight decay λ", ylabel="σ_i(ABᵀ) at the last step", title="last step")
+    ax1.set_ylim(-0.03, 1.1)
     j = int(np.argmin(np.abs(lambdas - 0.4)))
-    for i in range(sigma.shape[2]):
-        ax2.plot(t, sigma[:, j, i])
-    ax2.set(xlabel="GD step t", ylabel="σ_i(ABᵀ)", title=f"σ_i(t) at λ={lambdas[j]:g}")
+    for i, di in enumerate(d):  # the colour of d_i on the left; sigma is descending, d ascending
+        ax2.plot(t, sigma[:, j, len(d) - 1 - i], color=f"C{i}")
+        ax2.axhline(max(di - c * lambdas[j], 0.0), ls=":", lw=1, color=f"C{i}")
+    ax2.set(xlabel="GD step t", ylabel="σ_i(ABᵀ)", title=f"over training, λ = {lambdas[j]:g}")
+    ax2.set_ylim(-0.03, 1.1)
+    handles, labels = ax1.get_legend_handles_labels()
+    handles.append(Line2D([], [], ls=":", color="0.3"))
+    labels.append("max(d_i − cλ, 0)")
+    fig.legend(
+        handles,
+        labels,
+        loc="outside lower center",
+        ncol=len(labels),
+        title=f"colour: target singular value d_i; dotted: prediction, c = 1/(2·data_scale) "
+        f"= {c:g}",
+    )
     paths.append(save_figure(fig, figures / "a_singular_values.png"))
     return paths
 

@@ -3,6 +3,7 @@ seeding streams (:mod:`.seeding`), one learning-rate schedule (:mod:`.schedule`)
 ensembles (:mod:`.ensemble`), and the :class:`Trainer` for registry run configs (:mod:`.trainer`).
 """
 
+from .coordcheck import coord_check as coord_check
 from .engine import Engine as Engine
 from .engine import Loop as Loop
 from .engine import Member as Member
@@ -28,5 +29,6 @@ __all__ = [
     "Trainer",
     "lr_factor",
     "run_training",
+    "coord_check",
     "stream_seed",
 ]

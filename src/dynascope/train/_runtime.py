@@ -99,7 +99,7 @@ def _as_tuples(value):
 def progress_bar(enabled: bool, name: str, total: int, start: int):
     """A rich progress bar ``(progress, task_id)``, or ``None`` when not ``enabled``.
 
-    The loss column stays empty until the first logged loss (no "nan" at step 0).
+    The loss column reads "loss -" until the first logged loss (no "nan" at step 0).
     """
     if not enabled:
         return None
@@ -109,10 +109,10 @@ def progress_bar(enabled: bool, name: str, total: int, start: int):
         TextColumn("{task.description}"),
         BarColumn(),
         TextColumn("{task.completed}/{task.total}"),
-        TextColumn("{task.fields[loss]}"),
+        TextColumn("loss {task.fields[loss]}"),
         TimeRemainingColumn(),
         transient=True,
     )
-    task_id = progress.add_task(name, total=total, completed=start, loss="")
+    task_id = progress.add_task(name, total=total, completed=start, loss="-")
     progress.start()
     return progress, task_id

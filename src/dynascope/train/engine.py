@@ -404,7 +404,7 @@ class Engine:
                 if loop.probe_every
                 else EveryN(loop.steps, also=[0])
             )
-            s.monitor = _Monitors(s.parts.model, s.parts.probes, default, s.store)
+            s.monitor = _Monitors(s.parts.model, s.parts.probes, default, s.store, s.parts.loss)
             s.parts.model.train()
         probe_batches = [self._to_device(s.parts.probe_batch) for s in self.states]
         fixed = [
@@ -560,7 +560,7 @@ class Engine:
                 row.update(s.parts.log(s.parts.model, step))
             s.store.log(step, row)
             if bar is not None and i == 0:
-                bar[0].update(bar[1], completed=step, loss=f"loss {mean_loss:.4f}")
+                bar[0].update(bar[1], completed=step, loss=f"{mean_loss:.4f}")
 
     def _evaluation(self, s: _MemberState) -> dict[str, float]:
         if s.parts.evaluate is None:
@@ -692,12 +692,22 @@ def _split(output: StepOutput) -> tuple[Tensor, Mapping[str, Tensor]]:
 class _Monitors:
     """One :class:`~dynascope.monitor.Monitor` per schedule among a member's probes."""
 
-    def __init__(self, model: nn.Module, probes: Sequence[Any], default: Schedule, sink: Any):
+    def __init__(
+        self,
+        model: nn.Module,
+        probes: Sequence[Any],
+        default: Schedule,
+        sink: Any,
+        loss: Callable[[nn.Module, Batch], StepOutput] | None = None,
+    ):
         by_schedule: dict[int, tuple[Schedule, list]] = {}
         for entry in probes:
             probe, schedule = entry if isinstance(entry, tuple) else (entry, default)
             by_schedule.setdefault(id(schedule), (schedule, []))[1].append(probe)
-        self.monitors = [Monitor(model, p, sched, sink) for sched, p in by_schedule.values()]
+        # the training loss reaches the probes of the loss landscape (sharpness) via ctx.loss
+        self.monitors = [
+            Monitor(model, p, sched, sink, loss=loss) for sched, p in by_schedule.values()
+        ]
 
     def due(self, step: int) -> bool:
         return any(m.probes and m.schedule.due(step) for m in self.monitors)

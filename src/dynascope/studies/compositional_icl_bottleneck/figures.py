@@ -30,6 +30,6 @@ def figures(runs: dict[str, Run], rows: list[dict], out: Path) -> list[Path]:
     ax2.set_xticks(x, [r["run"] for r in rows], rotation=30, fontsize=6)
     ax2.axhline(0, color="grey", lw=0.8)
     ax2.set_ylim(-0.5, 1.05)
-    ax2.set(title="OOD R² and z decodability by run")
+    ax2.set(title="OOD R² and z decodability by run", ylabel="R²")
     ax2.legend(fontsize=7)
     return [save_figure(fig, out / "ood_r2_and_probe.png")]

@@ -15,8 +15,10 @@ from matplotlib.ticker import MaxNLocator
 from dynascope.report import new_figure, save_figure
 from dynascope.store import Run
 
+__all__ = ["draw_figures", "last", "mean", "tensor"]
 
-def _last(run: Run | None, key: str) -> float:
+
+def last(run: Run | None, key: str) -> float:
     if run is None or run.status != "finished":
         return float("nan")
     try:
@@ -25,7 +27,7 @@ def _last(run: Run | None, key: str) -> float:
         return float("nan")
 
 
-def _tensor(run: Run | None, key: str) -> np.ndarray | None:
+def tensor(run: Run | None, key: str) -> np.ndarray | None:
     if run is None or run.status != "finished":
         return None
     try:
@@ -34,7 +36,7 @@ def _tensor(run: Run | None, key: str) -> np.ndarray | None:
         return None
 
 
-def _mean(values: list[float]) -> float:
+def mean(values: list[float]) -> float:
     return (
         float(np.mean(values))
         if values and not any(math.isnan(v) for v in values)
@@ -57,7 +59,7 @@ def draw_figures(
     )
     edges = np.linspace(0, 1, 21)
     for hidden in sorted(teacher):
-        lam = _tensor(teacher[hidden][0], "lambda.modulus")
+        lam = tensor(teacher[hidden][0], "lambda.modulus")
         if lam is not None:
             ax1.hist(
                 lam,
@@ -68,7 +70,7 @@ def draw_figures(
             )
     ax1.set(xlabel="|λ| (dotted: δ, 1 − δ)", ylabel="neurons", title="(b) teacher–student students")
     ax1.legend(loc="upper center")
-    lam = _tensor(icl[0].get("grnn"), "lambda.modulus") if icl else None
+    lam = tensor(icl[0].get("grnn"), "lambda.modulus") if icl else None
     if lam is not None:
         ax2.hist(lam, bins=edges, color="C3", alpha=0.7)
     for ax in (ax1, ax2):
@@ -79,8 +81,8 @@ def draw_figures(
 
     fig, (ax1, ax2) = new_figure(2, title="(b) teacher–student: loss vs hidden size")
     hs = sorted(teacher)
-    nmse = [_mean([_last(r, "eval.nmse") for r in teacher[h]]) for h in hs]
-    pruned = [_mean([_last(r, "eval.nmse_pruned") for r in teacher[h]]) for h in hs]
+    nmse = [mean([last(r, "eval.nmse") for r in teacher[h]]) for h in hs]
+    pruned = [mean([last(r, "eval.nmse_pruned") for r in teacher[h]]) for h in hs]
     ax1.loglog(hs, nmse, "o-", label="trained")
     ax1.loglog(hs, pruned, "s--", label="mid-range λ pruned")
     ax1.axvline(n_c, color="grey", ls=":", lw=1, label=f"construction n_c = {n_c}")
@@ -90,7 +92,7 @@ def draw_figures(
     ax1.set(xlabel="d_hidden", ylabel="normalised MSE (fresh data)", title="final loss")
     ax1.legend()
     for h in hs:
-        s = teacher[h][0].scalar("train.nmse")
+        s = teacher[h][0].scalar("train.loss")
         ax2.semilogy(s.index, s.values, label=f"d_hidden={h}")
     ax2.set(xlabel="step", ylabel="train nmse", title="training curves (seed 0)")
     ax2.legend()
@@ -100,15 +102,15 @@ def draw_figures(
         2, title="(c) in-context regression: agreement of the GRNN's predictions"
     )
     runs = icl[0] if icl else {}
-    p = _tensor(runs.get("grnn"), "eval.pred")
+    p = tensor(runs.get("grnn"), "eval.pred")
     lim, cosines = None, {}
     refs = (("lsa", "C0", "linear attention"), ("gd", "C1", "one GD step (η*)"))
     for ref, color, name in refs:
-        q = _tensor(runs.get(ref), "eval.pred")
+        q = tensor(runs.get(ref), "eval.pred")
         if p is not None and q is not None:
             ax1.scatter(q[:2000], p[:2000], s=3, alpha=0.4, color=color, label=name)
             lim = max(lim or 0, float(np.abs(q[:2000]).max()))
-        g, h = _tensor(runs.get("grnn"), "eval.grad"), _tensor(runs.get(ref), "eval.grad")
+        g, h = tensor(runs.get("grnn"), "eval.grad"), tensor(runs.get(ref), "eval.grad")
         if g is not None and h is not None:
             norms = np.linalg.norm(g, axis=-1) * np.linalg.norm(h, axis=-1)
             cosines[ref] = (g * h).sum(-1) / np.maximum(norms, 1e-12)
@@ -138,9 +140,9 @@ def draw_figures(
 def _weights_figure(run: Run | None, figures: Path) -> Path | None:
     """Input-gate weights of the ICL GRNN, neurons sorted by |λ| (the construction's blocks:
     a λ ≈ 1 neuron pairing the label coordinate y with the inputs x)."""
-    lam = _tensor(run, "lambda.modulus")
-    tensors = [_tensor(run, f"weights.{k}") for k in ("W_in_x", "W_in_g")]
-    out_norm = _tensor(run, "weights.W_out_h_norm")
+    lam = tensor(run, "lambda.modulus")
+    tensors = [tensor(run, f"weights.{k}") for k in ("W_in_x", "W_in_g")]
+    out_norm = tensor(run, "weights.W_out_h_norm")
     if lam is None or out_norm is None or any(t is None for t in tensors):
         return None
     order = np.argsort(-lam)

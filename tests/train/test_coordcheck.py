@@ -1,7 +1,8 @@
-"""coord_check, coord_summary and the plot against hand-computed cases.
+"""coord_check (on the engine), CoordProbe, coord_summary and the plot against hand-computed cases.
 
 Oracle: a bias-free linear model y = x @ W with plain SGD on (1/2)·mean‖y − t‖²: the gradient
-is xᵀ(y − t)/n, so every record is a closed form (float32, tolerance 1e-6 relative).
+is xᵀ(y − t)/n, so every record is a closed form from the W the factory drew (float32,
+tolerance 1e-6 relative; the two seeds are one ensemble, batched matmuls round differently).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import pytest
 import torch
 from torch import nn
 
-from dynascope.probes.coordcheck import CoordRecord, coord_check, coord_summary, plot_coord_check
+from dynascope.probes.base import ProbeContext
+from dynascope.probes.coordcheck import CoordProbe, CoordRecord, coord_summary, plot_coord_check
+from dynascope.train import coord_check
 
 
 class _Linear(nn.Module):
@@ -31,8 +34,15 @@ def _loss(out, target):
 
 def test_records_match_the_hand_computed_linear_model():
     x, target = torch.randn(4, 3), torch.randn(4, 5)
+    drawn = []
+
+    def factory(width):
+        model = _Linear(width)
+        drawn.append(model.W.detach().clone())
+        return model
+
     records = coord_check(
-        _Linear,
+        factory,
         [5],
         (x, target.clone()),
         loss_fn=_loss,
@@ -41,9 +51,8 @@ def test_records_match_the_hand_computed_linear_model():
         nseeds=2,
     )
     assert len(records) == 2 * 3  # 2 seeds × 3 steps × one module ("output")
-    for seed in (0, 1):
-        torch.manual_seed(seed)
-        W = torch.randn(3, 5)
+    assert len(drawn) == 2 and not torch.equal(drawn[0], drawn[1])  # one W per seed
+    for seed, W in zip((0, 1), drawn):
         y0 = x @ W
         for t in (1, 2, 3):
             y = x @ W
@@ -70,6 +79,27 @@ def test_hooks_record_every_named_submodule_and_seeds_are_reproducible():
     assert first == coord_check(factory, [4, 8], batch, **kw)
     shifted = coord_check(factory, [4, 8], batch, seed_offset=5, **kw)
     assert {r.seed for r in shifted} == {5}
+    assert shifted != first  # another seed, another initialisation
+    once = coord_check(factory, [4], batch, **{**kw, "nsteps": 1})
+    assert {r.t for r in once} == {1} and len(once) == 4
+    assert all(r.rel_change == 0.0 for r in once)
+
+
+def test_probe_keeps_its_reference_through_a_state_dict():
+    model = nn.Linear(3, 2, bias=False)
+    x = torch.randn(5, 3)
+    probe = CoordProbe()
+    first = probe(model, ProbeContext(0, {"x": x}))
+    assert first["rel.output"] == 0.0
+    with torch.no_grad():
+        model.weight.mul_(2.0)
+    restored = CoordProbe()
+    restored.load_state_dict(probe.state_dict())
+    second = restored(model, ProbeContext(1, {"x": x}))
+    assert second["l1.output"] == pytest.approx(2 * first["l1.output"], rel=1e-6)
+    assert second["rel.output"] == pytest.approx(1.0, rel=1e-6)  # ||2y - y|| / ||y||
+    with pytest.raises(ValueError, match="ctx.batch"):
+        CoordProbe()(model, ProbeContext(0, None))
 
 
 def test_summary_recovers_a_power_law_and_flags_zeros():

@@ -1,0 +1,5 @@
+"""``python -m dynascope``: the ``dynascope`` command."""
+
+from dynascope.cli import main
+
+main()

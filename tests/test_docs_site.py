@@ -1,0 +1,47 @@
+"""The docs site's sources agree with the code: a generated page and a nav entry per study, and
+an API reference section per public probes module. (CI builds the site with
+``mkdocs build --strict``; this test needs no mkdocs.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from dynascope import studies
+from dynascope.report.study_page import END, START
+
+ROOT = Path(__file__).parents[1]
+
+
+def _nav_pages(nav) -> list[str]:
+    pages: list[str] = []
+    for entry in nav:
+        value = next(iter(entry.values())) if isinstance(entry, dict) else entry
+        pages += _nav_pages(value) if isinstance(value, list) else [value]
+    return pages
+
+
+def test_every_study_has_a_generated_page_in_the_nav():
+    nav = _nav_pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"])
+    for name in studies.names():
+        page = ROOT / "docs" / "studies" / f"{name}.md"
+        assert page.is_file(), f"run `dynascope study docs` to write {page}"
+        text = page.read_text()
+        assert text.count(START) == 1 and text.count(END) == 1, (
+            f"{page}: no generated section; run `dynascope study docs`"
+        )
+        assert f"studies/{name}.md" in nav, f"add studies/{name}.md to the nav in mkdocs.yml"
+    assert all((ROOT / "docs" / p).is_file() for p in nav), "the nav names a missing page"
+
+
+def test_every_public_probes_module_is_in_the_api_reference():
+    reference = (ROOT / "docs" / "api" / "probes.md").read_text()
+    modules = [p.stem for p in (ROOT / "src" / "dynascope" / "probes").glob("*.py")]
+    missing = [
+        m
+        for m in modules
+        if not m.startswith("_") and f"::: dynascope.probes.{m}\n" not in reference
+    ]
+    assert missing == [], f"add these modules to docs/api/probes.md: {missing}"

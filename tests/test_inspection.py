@@ -1,0 +1,368 @@
+"""``dynascope.inspect`` and ``dynascope inspect``: one row per layer and head, plain floats.
+
+Oracles, all float64:
+- the instruments called directly on the same model (``attention_views``,
+  ``qk_singular_values``, ``effective_rank``, ``stable_rank``, ``rank_at``, ``capture_patterns``,
+  ``attention_entropy``): the table must hold exactly their values (tolerance 1e-12 relative:
+  the same computation);
+- dense products: nuclear and spectral norms of ``W_Q[h] @ W_K[h].T`` and ``W_V[h] @ W_O[h]``
+  from ``torch.linalg.svdvals`` of the formed ``d_model x d_model`` matrix in float64 (2e-6
+  relative: the instruments work in the weights' dtype, float32 here; measured 1.2e-7);
+- entropy by hand, ``-sum p log p`` of the model's own patterns (HF ``output_attentions``,
+  TransformerLens ``run_with_cache``), averaged over batch and query positions (1e-6
+  absolute: HF's eager softmax runs in float32).
+Models: a tiny random GPT-2 and a tiny Llama (GQA) written with ``save_pretrained`` and read
+back by path (offline), a tiny ``HookedTransformer``, a dynascope run's checkpoints.
+"""
+
+import math
+import re
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from torch.testing import assert_close
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from typer.testing import CliRunner
+
+import dynascope as ds
+from dynascope.cli import app
+from dynascope.inspection import load_checkpoints
+from dynascope.probes import (
+    attention_entropy,
+    effective_rank,
+    ov_singular_values,
+    qk_singular_values,
+    rank_at,
+    stable_rank,
+)
+
+BATCH, POS, D_VOCAB = 2, 7, 11
+SAME = dict(rtol=1e-12, atol=0)
+DENSE = dict(rtol=2e-6, atol=1e-12)
+SPECTRAL = ["effective_rank", "stable_rank", "numerical_rank", "nuclear_norm", "spectral_norm"]
+
+
+def randomize(model, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():  # zero-initialised biases would hide mistakes
+        for p in model.parameters():
+            p.copy_(0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    return model.eval()
+
+
+def gpt2():
+    torch.manual_seed(0)
+    config = GPT2Config(
+        n_layer=2, n_embd=15, n_head=3, vocab_size=D_VOCAB, n_positions=POS,
+        bos_token_id=0, eos_token_id=1, attn_implementation="eager",
+    )  # fmt: skip
+    return randomize(GPT2LMHeadModel(config))
+
+
+def llama():
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        num_hidden_layers=2, hidden_size=20, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=6, intermediate_size=13, vocab_size=D_VOCAB, max_position_embeddings=POS,
+        attn_implementation="eager",
+    )  # fmt: skip
+    return randomize(LlamaForCausalLM(config))
+
+
+def hooked_transformer():
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    cfg = HookedTransformerConfig(
+        n_layers=2, d_model=12, n_ctx=POS, d_head=5, n_heads=3, d_vocab=D_VOCAB, act_fn="gelu",
+        normalization_type="LN", seed=0,
+    )  # fmt: skip
+    with warnings.catch_warnings():  # 3.x warns that 4.0 drops HookedTransformer
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return randomize(HookedTransformer(cfg))
+
+
+def tokens(seed=1):
+    return torch.randint(0, D_VOCAB, (BATCH, POS), generator=torch.Generator().manual_seed(seed))
+
+
+def expected_table(model, x):
+    """The instruments called directly, and the dense / by-hand oracles, per (layer, head)."""
+    views = ds.attention_views(model)
+    with torch.no_grad():
+        s = {"qk": qk_singular_values(views).double(), "ov": ov_singular_values(views).double()}
+        with ds.capture_patterns(model) as patterns:
+            model(x)
+    rows = []
+    for layer, view in enumerate(views):
+        for head in range(view.n_heads):
+            row = {"layer": layer, "module": view.name, "head": head}
+            for prefix, values in s.items():
+                v = values[layer, head]
+                row[f"{prefix}_effective_rank"] = float(effective_rank(v))
+                row[f"{prefix}_stable_rank"] = float(stable_rank(v))
+                row[f"{prefix}_numerical_rank"] = float(rank_at(v, rel_tol=1e-3))
+            p = patterns[view.name].double()
+            row["attention_entropy"] = float(attention_entropy(p)[:, head].mean())
+            W_Q, W_K = view.W_Q[head].double(), view.W_K[head].double()
+            W_V, W_O = view.W_V[head].double(), view.W_O[head].double()
+            for prefix, product in (("qk", W_Q @ W_K.T), ("ov", W_V @ W_O)):
+                dense = torch.linalg.svdvals(product.detach())
+                row[f"{prefix}_nuclear_norm"] = float(dense.sum())
+                row[f"{prefix}_spectral_norm"] = float(dense.max())
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def assert_matches(table: pd.DataFrame, expected: pd.DataFrame):
+    assert list(table["layer"]) == list(expected["layer"])
+    assert list(table["head"]) == list(expected["head"])
+    assert list(table["module"]) == list(expected["module"])
+    for column in expected.columns.drop(["layer", "module", "head"]):
+        tol = DENSE if column.endswith("_norm") else SAME
+        assert_close(
+            torch.tensor(table[column].to_numpy()), torch.tensor(expected[column].to_numpy()), **tol
+        )
+
+
+def entropy_by_hand(patterns: list[torch.Tensor]) -> torch.Tensor:
+    """``[n_layers * n_heads]``: -sum p log p over keys, mean over batch and queries."""
+    out = []
+    for p in patterns:
+        p = p.double()
+        h = -(torch.where(p > 0, p * p.log(), torch.zeros_like(p))).sum(-1)  # [b, heads, q]
+        out.append(h.mean(dim=(0, 2)))
+    return torch.cat(out)
+
+
+@pytest.mark.parametrize("build", [gpt2, llama], ids=["gpt2", "llama"])
+def test_saved_hf_checkpoint_by_path_matches_the_instruments(build, tmp_path: Path):
+    model = build()
+    model.save_pretrained(tmp_path / "ckpt")
+    x = tokens()
+    table = ds.inspect(tmp_path / "ckpt", x)  # loaded offline from the directory
+    ((_, loaded),) = load_checkpoints(tmp_path / "ckpt")
+    assert_matches(table, expected_table(loaded, x))
+    eager = (
+        type(model)
+        .from_pretrained(tmp_path / "ckpt", local_files_only=True, attn_implementation="eager")
+        .eval()
+    )
+    with torch.no_grad():
+        own = eager(x, output_attentions=True).attentions
+    assert_close(
+        torch.tensor(table["attention_entropy"].to_numpy()),
+        entropy_by_hand(list(own)),
+        rtol=0,
+        atol=1e-6,
+    )
+    n_heads = model.config.num_attention_heads
+    assert len(table) == 2 * n_heads
+    assert all(isinstance(v, float) for v in table["qk_effective_rank"])
+
+
+def test_hooked_transformer_matches_the_instruments_and_its_own_cache():
+    pytest.importorskip("transformer_lens")
+    model = hooked_transformer()
+    x = tokens()
+    table = ds.inspect(model, x)
+    assert_matches(table, expected_table(model, x))
+    _, cache = model.run_with_cache(x)
+    assert_close(
+        torch.tensor(table["attention_entropy"].to_numpy()),
+        entropy_by_hand([cache["pattern", layer] for layer in range(2)]),
+        **SAME,
+    )
+    assert list(table["module"].unique()) == ["blocks.0.attn", "blocks.1.attn"]
+
+
+def test_columns_no_inputs_and_model_mode_untouched():
+    model = gpt2().train()
+    table = ds.inspect(model)
+    columns = ["layer", "module", "head", "d_head"]
+    for prefix in ("qk", "ov"):
+        columns += [f"{prefix}_{m}" for m in SPECTRAL]
+    columns += ["W_Q_norm", "W_K_norm", "W_V_norm", "W_O_norm"]
+    assert list(table.columns) == columns  # no attention_entropy without inputs
+    assert model.training
+    ds.inspect(model, tokens())
+    assert model.training
+    view = ds.attention_views(model)[1]
+    layer1 = table[table["layer"] == 1]
+    assert set(layer1["W_O_norm"]) == {float(torch.linalg.vector_norm(view.W_O.detach().double()))}
+
+
+def test_hand_built_ranks():
+    # one layer, identity-like heads: W_Q = W_K = [I_2; 0] gives W_QK = diag(1, 1, 0, 0):
+    # effective, stable and numerical rank 2, nuclear norm 2, spectral norm 1
+    from dynascope.nn.attention import MultiHeadAttention
+
+    attention = MultiHeadAttention(d_model=4, n_heads=1, d_head=2)
+    with torch.no_grad():
+        for W in (attention.W_Q, attention.W_K, attention.W_V):
+            W.zero_()
+            W[0, :2, :2] = torch.eye(2)
+        attention.W_O.zero_()
+        attention.W_O[0, :2, :2] = 3 * torch.eye(2)
+    row = ds.inspect(attention).iloc[0]
+    assert row["qk_effective_rank"] == pytest.approx(2, rel=1e-12)
+    assert row["qk_stable_rank"] == pytest.approx(2, rel=1e-12)
+    assert row["qk_numerical_rank"] == 2
+    assert row["qk_nuclear_norm"] == pytest.approx(2, rel=1e-12)
+    assert row["qk_spectral_norm"] == pytest.approx(1, rel=1e-12)
+    assert row["ov_nuclear_norm"] == pytest.approx(6, rel=1e-12)  # W_OV = 3 diag(1, 1, 0, 0)
+    assert row["W_O_norm"] == pytest.approx(3 * math.sqrt(2), rel=1e-12)
+
+
+def test_series_of_hf_checkpoints_in_step_order(tmp_path: Path):
+    for step, seed in ((10, 1), (2, 0)):  # written out of order; "10" sorts before "2" as text
+        model = gpt2()
+        randomize(model, seed)
+        model.save_pretrained(tmp_path / f"checkpoint-{step}")
+    table = ds.inspect(tmp_path, tokens())
+    assert list(table.columns[:2]) == ["step", "layer"]
+    assert list(table["step"].unique()) == [2, 10]
+    ((_, second),) = load_checkpoints(tmp_path / "checkpoint-10")
+    block = table[table["step"] == 10].drop(columns="step").reset_index(drop=True)
+    assert_matches(block, expected_table(second, tokens()))
+
+
+def test_bad_paths_are_one_line_errors(tmp_path: Path):
+    with pytest.raises(ValueError, match=r"^PATH: no such file or directory: '.*nope'$"):
+        ds.inspect(tmp_path / "nope")
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(ValueError, match=r"^PATH: '.*notes.txt' is not a checkpoint \(allowed"):
+        ds.inspect(tmp_path / "notes.txt")
+    with pytest.raises(ValueError, match=r"^PATH: '.*' holds no checkpoint"):
+        ds.inspect(tmp_path)
+    torch.save({"w": torch.zeros(2)}, tmp_path / "model.pt")
+    with pytest.raises(ValueError, match=r"is a \.pt file without a dynascope config\.yaml"):
+        ds.inspect(tmp_path / "model.pt")
+    with pytest.raises(ValueError, match=r"^rel_tol must be >= 0 \(got -1"):
+        ds.inspect(gpt2(), rel_tol=-1.0)
+
+
+# -- dynascope checkpoints and the command ---------------------------------------------------
+TINY = """\
+name: tiny
+task: {name: associative_recall, n_keys: 6, n_values: 5, n_pairs: 3}
+model: {name: transformer, d_model: 12, n_heads: 3, d_mlp: 0}
+train: {steps: 6, batch_size: 4, eval_every: 3, checkpoint_every: 3, keep_checkpoints: 5}
+"""
+runner = CliRunner()
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    result = runner.invoke(
+        app, ["run", str(tmp_path / "tiny.yaml"), "--out", str(tmp_path / "run"), "--no-progress"]
+    )
+    assert result.exit_code == 0, result.output
+    return tmp_path / "run"
+
+
+def test_dynascope_checkpoints_file_and_run_directory(run_dir: Path):
+    from dynascope.config import build_model, build_task, load_config
+
+    steps = sorted(int(p.stem.split("_")[1]) for p in (run_dir / "checkpoints").glob("*.pt"))
+    assert steps == [3, 6]
+    config = load_config(run_dir / "config.yaml")
+    model = build_model(config.model, build_task(config.task))
+    model.load_state_dict(torch.load(run_dir / "checkpoints" / "step_6.pt")["model"])
+    x = torch.randint(0, model.d_vocab, (BATCH, 5), generator=torch.Generator().manual_seed(0))
+    one = ds.inspect(run_dir / "checkpoints" / "step_6.pt", x)
+    assert_matches(one, expected_table(model.eval(), x))
+    series = ds.inspect(run_dir, x)
+    assert list(series["step"].unique()) == [3, 6]
+    last = series[series["step"] == 6].drop(columns="step").reset_index(drop=True)
+    pd.testing.assert_frame_equal(last, one)
+
+
+def test_cli_inspect_tokens_and_out(tmp_path: Path):
+    model = gpt2()
+    model.save_pretrained(tmp_path / "ckpt")
+    out = tmp_path / "report"
+    result = runner.invoke(
+        app, ["inspect", str(tmp_path / "ckpt"), "--tokens", "5", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert re.search(r"^\s*│?\s*1\s*│", result.stdout, re.MULTILINE), result.stdout  # layer 1 row
+    table = pd.read_csv(out / "inspect.csv")
+    x = torch.randint(0, D_VOCAB, (1, 5), generator=torch.Generator().manual_seed(0))
+    expected = ds.inspect(tmp_path / "ckpt", x)
+    assert_close(
+        torch.tensor(table["attention_entropy"].to_numpy()),
+        torch.tensor(expected["attention_entropy"].to_numpy()),
+        rtol=1e-12,
+        atol=0,
+    )
+    page = (out / "inspect.html").read_text()
+    assert "data:image/png;base64," in page and "<script" not in page and "http" not in page
+    assert (out / "figures" / "heads.png").is_file()
+
+
+def test_cli_inspect_text_with_the_saved_tokenizer(tmp_path: Path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {w: i for i, w in enumerate("[UNK] the cat sat on a mat".split())}
+    raw = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    raw.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="[UNK]").save_pretrained(
+        tmp_path / "ckpt"
+    )
+    gpt2().save_pretrained(tmp_path / "ckpt")
+    (tmp_path / "text.txt").write_text("the cat sat on the mat")
+    result = runner.invoke(
+        app,
+        [
+            "inspect",
+            str(tmp_path / "ckpt"),
+            "--text",
+            str(tmp_path / "text.txt"),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(tmp_path / "o" / "inspect.csv")
+    x = torch.tensor([[1, 2, 3, 4, 1, 6]])
+    expected = ds.inspect(tmp_path / "ckpt", x)
+    assert_close(
+        torch.tensor(table["attention_entropy"].to_numpy()),
+        torch.tensor(expected["attention_entropy"].to_numpy()),
+        rtol=1e-12,
+        atol=0,
+    )
+
+
+@pytest.mark.parametrize(
+    "args, pattern",
+    [
+        (["--tokens", "3", "--text", "t.txt"], r"^error: --text, --tokens: give one of them"),
+        (["--tokens", "0"], r"^error: --tokens: must be >= 1 \(got 0\)$"),
+        (
+            ["--tokens", "99"],
+            r"^error: --tokens: must be <= the model's context length 7 \(got 99\)$",
+        ),
+        (["--text", "missing.txt"], r"^error: --text: no such file: 'missing.txt'$"),
+    ],
+)
+def test_cli_inspect_bad_input(tmp_path: Path, monkeypatch, args, pattern):
+    gpt2().save_pretrained(tmp_path / "ckpt")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.txt").write_text("x")
+    result = runner.invoke(app, ["inspect", "ckpt", *args])
+    assert result.exit_code == 2, result.output
+    assert re.search(pattern, result.stderr.splitlines()[-1]), result.stderr  # after HF's bar
+
+
+def test_the_docs_page_snippet_runs_as_written(capsys):
+    text = (Path(__file__).parents[1] / "docs" / "inspect.md").read_text()
+    snippet = re.search(r"```python\n(.*?)```", text, re.DOTALL).group(1)
+    exec(compile(snippet, "docs/inspect.md", "exec"), {})
+    printed = capsys.readouterr().out
+    assert "qk_effective_rank" in printed and "attention_entropy" in printed
