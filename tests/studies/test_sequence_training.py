@@ -1,79 +1,37 @@
-"""Shared training pieces of the S3/S4 studies: schedule, optimizer groups, loop, config check."""
+"""Shared pieces of the S3/S4 studies on the engine: AdamW groups and the run config."""
 
 from __future__ import annotations
 
-import math
+import pickle
 
 import pytest
 import torch
 
-from dynascope.store import load_run
-from dynascope.studies._run_values import last_or_nan
-from dynascope.studies._sequence_training import (
-    MixerTransformerConfig,
-    SequenceTrainingConfig,
-    adamw_warmup_cosine,
-    open_run,
-    train_steps,
-    warmup_cosine,
-)
+from dynascope.studies._sequence_training import SequenceRunConfig, adamw_matrices
+from dynascope.train import Loop
 
 
-def test_adamw_groups_and_lr_follow_the_closed_form():
-    """>= 2-D parameters decay, 1-D do not; lr after each step = lr * warmup_cosine(step)."""
+def test_adamw_decays_matrices_only_and_pickles():
+    """>= 2-D parameters decay at the config's rate, 1-D ones not; one AdamW step on a decayed
+    matrix with zero gradient equals the closed form w (1 − lr·wd)."""
     model = torch.nn.Linear(3, 2)
-    cfg = SequenceTrainingConfig(lr=0.5, weight_decay=0.3, warmup_steps=2, steps=6)
-    opt, sched = adamw_warmup_cosine(model, cfg, final_lr_frac=0.1)
+    cfg = SequenceRunConfig(loop=Loop(steps=1), lr=0.5, weight_decay=0.3)
+    build = pickle.loads(pickle.dumps(adamw_matrices(cfg)))
+    opt = build(model)
     decay, no_decay = opt.param_groups
     assert [p.shape for p in decay["params"]] == [torch.Size([2, 3])]
     assert [p.shape for p in no_decay["params"]] == [torch.Size([2])]
-    assert (decay["weight_decay"], no_decay["weight_decay"]) == (0.3, 0.0)
-    for step in range(8):
-        # float arithmetic of the same expression: exact equality is expected
-        assert decay["lr"] == 0.5 * warmup_cosine(step, 2, 6, 0.1)
-        opt.step()
-        sched.step()
-    assert math.isclose(decay["lr"], 0.5 * 0.1)
+    assert (decay["weight_decay"], no_decay["weight_decay"], decay["lr"]) == (0.3, 0.0, 0.5)
+    w0, b0 = model.weight.detach().clone(), model.bias.detach().clone()
+    model.weight.grad = torch.zeros_like(model.weight)
+    model.bias.grad = torch.zeros_like(model.bias)
+    opt.step()
+    torch.testing.assert_close(model.weight.detach(), w0 * (1 - 0.5 * 0.3))
+    torch.testing.assert_close(model.bias.detach(), b0)
 
 
-def test_train_steps_logs_on_its_cadence_and_finishes(tmp_path):
-    cfg = SequenceTrainingConfig(steps=7, log_every=2, eval_every=3, warmup_steps=0)
-    model = torch.nn.Linear(2, 1)
-    x = torch.ones(4, 2)
-    with open_run(cfg, tmp_path) as store:
-        ok = train_steps(
-            store,
-            model,
-            cfg,
-            lambda: model(x).square().mean(),
-            lambda: {"eval.w": model.weight.sum().detach()},
-            grad_clip=1.0,
-        )
-        store.set_status(cfg.steps, "finished")
-    run = load_run(tmp_path)
-    assert ok and run.status == "finished"
-    assert list(run.scalar("train.loss").index) == [2, 4, 6]
-    assert list(run.scalar("eval.w").index) == [3, 6, 7]
-    assert math.isnan(last_or_nan(run, "never.logged"))
-    assert last_or_nan(run, "eval.w") == run.last("eval.w")
-
-
-def test_train_steps_stops_at_a_non_finite_loss(tmp_path):
-    cfg = SequenceTrainingConfig(steps=10, log_every=1, eval_every=1)
-    model = torch.nn.Linear(2, 1)
-    losses = iter([1.0, 2.0, float("nan"), 3.0])
-
-    def loss_fn() -> torch.Tensor:
-        return model.weight.sum() * 0 + next(losses)
-
-    with open_run(cfg, tmp_path) as store:
-        ok = train_steps(store, model, cfg, loss_fn, lambda: {"eval.one": torch.tensor(1.0)})
-    run = load_run(tmp_path)
-    assert not ok and run.status == "diverged"
-    assert list(run.scalar("train.loss").index) == [1, 2]
-    assert list(run.scalar("eval.one").index) == [1, 2]
-
-
-def test_mixer_config_rejects_heads_that_do_not_divide_the_width():
-    with pytest.raises(ValueError, match="n_heads must divide qk_width"):
-        MixerTransformerConfig(n_heads=3, qk_width=16)
+def test_config_rejects_out_of_range_values():
+    with pytest.raises(ValueError, match="batch_size"):
+        SequenceRunConfig(loop=Loop(steps=1), batch_size=0)
+    with pytest.raises(ValueError, match="lr"):
+        SequenceRunConfig(loop=Loop(steps=1), lr=0.0)

@@ -26,9 +26,7 @@ from dynascope.studies.base import PRESETS
 # Studies whose analysis still builds legacy verdicts. Shrink this list as studies are ported
 # (issue 18, part B); never add to it.
 LEGACY_STUDIES = {
-    "compositional-icl-bottleneck",
     "gradual-rank",
-    "hyla-fuzzy-logic",
     "hyper-ut-pvr",
     "permuted-initialisations",
     "sigma-reparam-entropy",

@@ -1,0 +1,119 @@
+"""Claim s4 of ``hyla-fuzzy-logic`` under the verdict contract (notes: the study's docs page).
+
+s4: per seed i, test R²(``hyla_s{i}``) − test R²(``linear_s{i}``) >= :data:`GAP_THRESHOLD`
+(SYSTEMS.md S4's proposal, frozen before the first fast run; the paper's gap is 0.21).
+Precondition: every run finished and both kinds' seed-mean ID ("train" combinations) R² is
+>= :data:`ID_FIT` (fixed with the old reporting guard, before any run of this version).
+Control: the linear twins, test R²(``linear_twin_s{i}``) − test R²(``linear_s{i}``): the
+same architecture, other seeds, so the gap is seed noise and must not pass.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from dynascope.store import Run
+from dynascope.studies._run_values import last_or_nan
+from dynascope.studies.base import Analysis
+from dynascope.studies.hyla_fuzzy_logic.figures import figures as make_figures
+from dynascope.studies.hyla_fuzzy_logic.runs import EVAL_SPLITS
+from dynascope.studies.hyla_fuzzy_logic.sraven import analyze_sraven
+from dynascope.studies.verdict import Control, Precondition, judge
+
+__all__ = ["CONTROL_SEED_OFFSET", "GAP_THRESHOLD", "ID_FIT", "analyze"]
+
+GAP_THRESHOLD = 0.05
+ID_FIT = 0.5
+CONTROL_SEED_OFFSET = 100  # the linear twins' seeds: base + 100 + i
+
+
+def _row(name: str, run: Run) -> dict:
+    n_layers = int(run.config.get("n_layers", 0))
+    row = {
+        "run": name,
+        "attention": run.config["attention"],
+        "seed": run.config["seed"],
+        "status": run.status,
+    }
+    for split in EVAL_SPLITS:
+        row[f"{split}.r2"] = last_or_nan(run, f"{split}.r2")
+    for tag in ("id", "test"):
+        for metric in ("r2", "f1"):
+            vals = [last_or_nan(run, f"probe.{tag}.L{i}.{metric}") for i in range(n_layers)]
+            finite = [v for v in vals if math.isfinite(v)]
+            row[f"probe.{tag}.{metric}_best_layer"] = max(finite) if finite else float("nan")
+    row["train.loss"] = last_or_nan(run, "train.loss")
+    return row
+
+
+def _summary(rows: list[dict]) -> list[dict]:
+    out = []
+    for group in sorted({r["group"] for r in rows}):
+        sel = [r for r in rows if r["group"] == group]
+        entry = {"group": group, "seeds": len(sel)}
+        for key in (
+            "train.r2",
+            "test.r2",
+            "ood.r2",
+            "probe.id.r2_best_layer",
+            "probe.test.r2_best_layer",
+        ):
+            vals = np.array([r[key] for r in sel], dtype=float)
+            entry[f"{key}.mean"] = float(np.mean(vals))
+            entry[f"{key}.std"] = float(np.std(vals, ddof=1)) if len(vals) > 1 else float("nan")
+        out.append(entry)
+    return out
+
+
+def analyze(runs: dict[str, Run], figures: Path) -> Analysis:
+    """Claim s4 (module docstring), s4-sraven if run; tables per run and per group; figures."""
+    sraven_runs = {n: r for n, r in runs.items() if "n_features" in r.config}
+    fuzzy = {n: r for n, r in runs.items() if n not in sraven_runs}
+    rows = []
+    for name, run in sorted(fuzzy.items()):
+        row = _row(name, run)
+        row["group"] = name.rsplit("_s", 1)[0]
+        rows.append(row)
+    test = {(r["group"], r["run"].rsplit("_s", 1)[1]): r["test.r2"] for r in rows}
+    index = sorted({int(i) for g, i in test if g == "hyla"})
+
+    def gap(first: str, second: str) -> dict[int, float]:
+        nan = float("nan")
+        return {i: test.get((first, str(i)), nan) - test.get((second, str(i)), nan) for i in index}
+
+    summary = _summary(rows)
+    by = {e["group"]: e for e in summary}
+    fit = {k: by.get(k, {}).get("train.r2.mean", float("nan")) for k in ("hyla", "linear")}
+    finished = all(r["status"] == "finished" for r in rows)
+    fit_min = min(fit.values())
+    verdict = judge(
+        claim="s4: HYLA beats linear attention on unseen combinations of seen terms (test split)",
+        metric="per seed, test R²(HYLA) − test R²(linear) (R² per sequence, averaged)",
+        per_seed=gap("hyla", "linear"),
+        threshold=GAP_THRESHOLD,
+        direction=">=",
+        precondition=Precondition(
+            f"every run finished and both kinds' seed-mean ID (train-combination) R² >= {ID_FIT}",
+            met=finished and fit_min >= ID_FIT,
+            measured=fit_min,
+        ),
+        control=Control(
+            "linear twins (other seeds): test R²(linear_twin) − test R²(linear)",
+            per_seed=gap("linear_twin", "linear"),
+        ),
+        detail=(
+            f"seed-mean test R² HYLA {by.get('hyla', {}).get('test.r2.mean', math.nan):.3f}, "
+            f"linear {by.get('linear', {}).get('test.r2.mean', math.nan):.3f}; ID R² HYLA "
+            f"{fit['hyla']:.3f}, linear {fit['linear']:.3f}; paper gap 0.21 at 50k steps"
+        ),
+    )
+    tables = {"per run": rows, "per group (seed mean ± std)": summary}
+    verdicts = [verdict]
+    sraven_verdict, sraven_rows = analyze_sraven(sraven_runs)
+    if sraven_verdict is not None:
+        verdicts.append(sraven_verdict)
+        tables["sRAVEN per run"] = sraven_rows
+    return Analysis(verdicts, make_figures(fuzzy, summary, figures), tables)
