@@ -36,7 +36,6 @@ NOT_YET_ON_ENGINE = {
     "permuted-initialisations",
     "randomized-algorithms",
     "sigma-reparam-entropy",
-    "weight-decay-low-rank",
 }
 
 

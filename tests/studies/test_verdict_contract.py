@@ -40,7 +40,6 @@ LEGACY_STUDIES = {
     "randomized-algorithms",
     "sigma-reparam-entropy",
     "slingshot",
-    "weight-decay-low-rank",
 }
 _SHARED = {"dynascope.studies.base", "dynascope.studies.verdict"}
 
@@ -51,12 +50,14 @@ def _study_modules(module_name: str, seen: set[str] | None = None) -> set[str]:
     if module_name in seen or module_name in _SHARED:
         return seen
     seen.add(module_name)
-    tree = ast.parse(inspect.getsource(importlib.import_module(module_name)))
+    module = importlib.import_module(module_name)
+    tree = ast.parse(inspect.getsource(module))
+    package = module.__package__ or module_name.rpartition(".")[0]  # a study package's own
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             target = node.module or ""
             if node.level:
-                target = resolve_name("." * node.level + target, "dynascope.studies.x")
+                target = resolve_name("." * node.level + target, package)
             if target.startswith("dynascope.studies."):
                 _study_modules(target, seen)
     return seen
