@@ -101,11 +101,12 @@ def smoke() -> WeightDecayLowRankPreset:
 
 
 def fast() -> WeightDecayLowRankPreset:
-    """≤ 3 minutes on 2 idle cores: 3 toy seeds, 3 recall arms × 3 seeds (2000 steps, batch 64),
-    2 LM arms × 3 seeds (600 steps). Steps fixed from measured step times, not outcomes."""
+    """3 toy seeds, 3 recall arms × 3 seeds (3000 steps, batch 128: the pre-port setting, which
+    learns recall; 2000 × 64 did not, docs/studies/weight-decay-low-rank.md), 2 LM arms × 3
+    seeds (600 steps)."""
     return WeightDecayLowRankPreset(
         toy=_toy(),
-        recall=_recall_run(d_model=32, steps=2000, batch_size=64),
+        recall=_recall_run(d_model=32, steps=3000, batch_size=128),
         recall_lambda=1.0,
         lm=_lm_run(d_model=64, n_heads=4, n_ctx=64, steps=600, batch_size=32),
         lm_lambda=1.0,
