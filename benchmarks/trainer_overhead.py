@@ -7,7 +7,7 @@ Run by hand (not part of the test suite)::
 Results and how to read them: docs/benchmarks.md.
 
 The model is the recall run of the ``weight-decay-low-rank`` fast preset
-(``dynascope.studies.weight_decay_low_rank._recall_run(d_model=32, ..., batch_size=128)``): a
+(``dynascope.studies.weight_decay_low_rank.study._recall_run(d_model=32, ..., batch_size=128)``): a
 2-layer, d_model 32, 2-head attention-only transformer on associative recall, AdamW lr 3e-3
 (decoupled decay: 0.01 on non-attention matrices), batch 128, CPU float32. Three variants:
 
@@ -58,7 +58,7 @@ import torch
 from dynascope.config import RunConfig, build_model, build_optimizer, build_task, validate_config
 from dynascope.optim import l2_penalty
 from dynascope.store import RunStore
-from dynascope.studies.weight_decay_low_rank import _recall_run
+from dynascope.studies.weight_decay_low_rank.study import _recall_run
 from dynascope.train import Trainer
 
 CPU_SECONDS: list[float] = []  # process CPU time of the last timed call (all threads)

@@ -94,7 +94,7 @@ def test_inspect_figures_have_no_problems(monkeypatch, tmp_path):
 
 
 def test_weight_decay_singular_values_figure_has_no_problems(monkeypatch, tmp_path):
-    from dynascope.studies.weight_decay_low_rank import _toy_figures
+    from dynascope.studies.weight_decay_low_rank.figures import toy_figures as _toy_figures
 
     found = _check_saved(monkeypatch)
     T, n, k = 6, 3, 5

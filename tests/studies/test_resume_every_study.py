@@ -24,7 +24,6 @@ NOT_YET_ON_ENGINE = {
     "hyper-ut-pvr",
     "permuted-initialisations",
     "randomized-algorithms",
-    "weight-decay-low-rank",
 }
 
 

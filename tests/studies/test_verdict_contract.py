@@ -30,7 +30,6 @@ LEGACY_STUDIES = {
     "hyper-ut-pvr",
     "permuted-initialisations",
     "sigma-reparam-entropy",
-    "weight-decay-low-rank",
 }
 _SHARED = {"dynascope.studies.base", "dynascope.studies.verdict"}
 

@@ -11,28 +11,64 @@ import torch
 
 from dynascope import studies
 from dynascope.store import load_run
-from dynascope.studies.weight_decay_low_rank import (
-    STUDY,
-    ToyConfig,
-    _analyze_toy,
-    _fit_log_slope,
-    _settled_step,
-    build_runs,
-    run_factor_toy,
+from dynascope.studies.engine_runs import run_members
+from dynascope.studies.weight_decay_low_rank import STUDY, ToyRun, build_runs
+from dynascope.studies.weight_decay_low_rank.analysis import (
+    _toy,
+    fit_log_slope,
+    settled_step,
+    toy_seed_metrics,
 )
+from dynascope.studies.weight_decay_low_rank.runs import build_toy
 from dynascope.tasks import MatrixFactorization
+from dynascope.train import Loop
+
+
+def _toy_config(seed: int = 0, **fields) -> ToyRun:
+    return ToyRun(seed=seed, loop=Loop(steps=1000, dtype="float64", checkpoint_every=1000),
+                  **fields)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def toy_run(tmp_path_factory):
-    path = tmp_path_factory.mktemp("toy") / "a_toy"
-    run_factor_toy(ToyConfig(fine_lambdas=0), path)
-    return load_run(path)
+def toy_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("toy")
+    runs = []
+    for seed in range(3):
+        run_members(build_toy, _toy_config(seed, fine_lambdas=0 if seed else 41),
+                    root / f"a_toy_s{seed}")  # fmt: skip
+        runs.append(load_run(root / f"a_toy_s{seed}"))
+    return runs
+
+
+@pytest.fixture(scope="module")
+def toy_run(toy_runs):
+    return toy_runs[1]
+
+
+def test_engine_toy_equals_the_closed_form_gd_loop(toy_run):
+    """The engine's custom step reproduces plain GD on the task (same initial factors) exactly."""
+    cfg = _toy_config(1, fine_lambdas=0)
+    task = MatrixFactorization()
+    lam = torch.tensor(cfg.lambdas, dtype=torch.float64)
+    from dynascope.train import SeedStreams
+
+    A0, B0 = task.init_factors(1, SeedStreams(cfg.seed).generator("factors"), std=cfg.init_std)
+    A, B = A0.expand(len(lam), -1, -1).clone(), B0.expand(len(lam), -1, -1).clone()
+    for _ in range(cfg.loop.steps):
+        A, B = task.gradient_step(A, B, lam, cfg.lr)
+    from dynascope.probes.spectral import balancedness, factor_singular_values
+
+    torch.testing.assert_close(
+        torch.from_numpy(toy_run.tensors("balancedness")[1][-1]), balancedness(A, B),
+        rtol=1e-12, atol=1e-300)  # fmt: skip
+    torch.testing.assert_close(
+        torch.from_numpy(toy_run.tensors("sigma")[1][-1]), factor_singular_values(A, B),
+        rtol=0, atol=1e-12)  # fmt: skip
 
 
 def test_toy_balancedness_rate_matches_theory(toy_run):
     """Fitted log-slope within 5% of gradient flow's −2ηλ and within 0.5% of GD's log(1 − 2ηλ)."""
-    cfg = ToyConfig()
+    cfg = _toy_config()
     lambdas = toy_run.tensors("lambdas")[1][0]
     _, bal = toy_run.tensors("balancedness")
     _, loss = toy_run.tensors("loss")
@@ -40,7 +76,7 @@ def test_toy_balancedness_rate_matches_theory(toy_run):
         if lam == 0:
             assert bal[-1, j] / bal[0, j] > 0.5
             continue
-        slope = _fit_log_slope(bal[:, j], _settled_step(loss[:, j], 1e-6), 1e-12)
+        slope = fit_log_slope(bal[:, j], settled_step(loss[:, j], 1e-6), 1e-12)
         assert abs(slope / (-2 * cfg.lr * lam) - 1) < 0.05
         assert abs(slope / math.log(1 - 2 * cfg.lr * lam) - 1) < 5e-3
 
@@ -59,14 +95,27 @@ def test_one_gd_step_obeys_the_exact_imbalance_identity():
     torch.testing.assert_close(M1, expected, rtol=0, atol=1e-12)
 
 
-def test_toy_verdicts_pass_on_the_full_toy(toy_run, tmp_path):
-    verdicts, figures, rows = _analyze_toy(toy_run, tmp_path)
-    assert [v.passed for v in verdicts] == [True, True, True]
+def test_toy_verdicts_hold_over_three_seeds_and_their_controls_fail(toy_runs, tmp_path):
+    verdicts, figures, rows = _toy(toy_runs, tmp_path)
+    assert [v.status for v in verdicts] == ["held"] * 3
+    assert [v.control.status for v in verdicts] == ["not held"] * 3
+    assert all(len(v.per_seed) == 3 for v in verdicts)
     assert all(p.is_file() for p in figures)
+    # the λ = 0 control: slope ~0 (ratio ~1 away), gap open, no shrinkage
+    for v, bound in zip(verdicts, (0.5, 1e-3, 0.04), strict=True):
+        assert min(v.control.per_seed.values()) > bound
+
+
+def test_toy_control_holds_when_every_lambda_is_zero(tmp_path):
+    """A grid with λ = 0 only: nothing decays, the claim's metric cannot be measured (NaN) and
+    the a2 control (gap at λ = 0) stays open."""
+    run_members(build_toy, _toy_config(0, lambdas=[0.0, 0.0], fine_lambdas=0), tmp_path / "r")
+    m = toy_seed_metrics(load_run(tmp_path / "r"))
+    assert math.isnan(m["a1"]) and math.isnan(m["a2"]) and m["a2_control"] > 1e-3
 
 
 def test_fit_is_nan_without_enough_points():
-    assert math.isnan(_fit_log_slope(np.ones(5), 0, 1e-12))
+    assert math.isnan(fit_log_slope(np.ones(5), 0, 1e-12))
 
 
 def test_presets_validate_and_match_the_registry():
@@ -74,8 +123,8 @@ def test_presets_validate_and_match_the_registry():
     assert studies.get("weight-decay-low-rank") is STUDY
     for name in ("smoke", "fast", "paper"):
         specs = build_runs(STUDY.preset(name))
-        assert specs[0].name == "a_toy"
-        assert {s.name for s in specs} >= {"c_lm_uniform", "c_lm_decoupled"}
+        assert specs[0].name == "a_toy_s0"
+        assert {s.name for s in specs} >= {"c_lm_uniform_s0", "c_lm_decoupled_s2"}
     with pytest.raises(ValueError, match="preset must be one of smoke, fast, paper"):
         STUDY.preset("huge")
     with pytest.raises(ValueError, match="unknown study 'nope'"):
@@ -83,15 +132,24 @@ def test_presets_validate_and_match_the_registry():
 
 
 def test_fast_preset_conditions_differ_only_in_what_they_study():
-    specs = {s.name: s.config for s in build_runs(STUDY.preset("fast"))}
-    uniform, decoupled = specs["c_lm_uniform"], specs["c_lm_decoupled"]
+    specs = {s.name: s for s in build_runs(STUDY.preset("fast"))}
+    runs = {name: spec.config.run for name, spec in specs.items() if not name.startswith("a_")}
+    uniform, decoupled = runs["c_lm_uniform_s0"], runs["c_lm_decoupled_s0"]
     assert uniform.optimizer.weight_decay.attention == 1.0
     assert decoupled.optimizer.weight_decay.attention == 0.0
     assert uniform.model_copy(update={"name": "x", "optimizer": None}) == decoupled.model_copy(
         update={"name": "x", "optimizer": None}
     )
-    lambdas = [specs[n].optimizer.weight_decay.attention for n in specs if n.startswith("b_")]
-    assert lambdas == [0.0, 0.01, 0.1, 1.0]
+    decay = {n: (r.optimizer.weight_decay.attention, r.optimizer.weight_decay.matrices)
+             for n, r in runs.items() if n.startswith("b_") and n.endswith("_s0")}  # fmt: skip
+    assert decay == {"b_recall_wd0_s0": (0.0, 0.01), "b_recall_wd1_s0": (1.0, 0.01),
+                     "b_recall_control_s0": (0.0, 1.0)}  # fmt: skip
+    # three seeds per arm, one ensemble per arm, the same seeds in every arm
+    groups = {}
+    for spec in specs.values():
+        groups.setdefault(spec.group or spec.name, []).append(spec.config.seed)
+    assert all(seeds == [0, 1, 2] for name, seeds in groups.items() if not name.startswith("a_"))
+    assert sorted(s.config.seed for s in specs.values() if s.name.startswith("a_")) == [0, 1, 2]
 
 
 def test_smoke_preset_end_to_end(tmp_path):
@@ -112,6 +170,8 @@ def test_smoke_preset_end_to_end(tmp_path):
     for claim in data["claims"]:  # every verdict is computed (null = not measurable at smoke size)
         assert claim["measured"] is None or isinstance(claim["measured"], float)
         assert isinstance(claim["passed"], bool)
+        assert claim["status"] in ("held", "not held", "inconclusive") and not claim["legacy"]
+        assert len(claim["seeds"]) == 3 and claim["control"]["status"] is not None
     assert all(r["status"] == "finished" for r in data["runs"])
     assert (tmp_path / "report.html").read_text().count("data:image/png;base64") == 5
     assert len(list((tmp_path / "figures").glob("*.png"))) == 5

@@ -1,0 +1,143 @@
+"""weight-decay-low-rank runs on the engine.
+
+- (a) the 5×5 toy: :class:`ToyRun`, :func:`build_toy`. Every λ of the grid is one slice of a
+  batched pair of factors ``A, B: [n_lambda, 5, 5]`` trained by full-batch GD in float64 (a
+  custom step, :class:`ToyGDStep`); one run per seed (its initial A, B).
+- (b), (c) the recall and LM transformers: :class:`RegistryRun`, :func:`build_registry`: a
+  registry :class:`~dynascope.config.RunConfig`'s model, task, optimizer and probes built for
+  the engine, so the seeds of one condition train as one ensemble (the registry
+  :class:`~dynascope.train.Trainer` trains one run).
+"""
+
+from __future__ import annotations
+
+import torch
+from pydantic import Field
+from torch import Tensor, nn
+
+from dynascope.config import ConfigError, RunConfig, build_model, build_optimizer, build_task
+from dynascope.monitor import EveryN, LogSchedule
+from dynascope.probes import make_probe
+from dynascope.probes.spectral import balancedness, factor_singular_values, l2_nuclear_gap, l2_term
+from dynascope.studies.engine_runs import EngineRunConfig
+from dynascope.tasks import MatrixFactorization
+from dynascope.train import Parts, SeedStreams, StepContext
+
+__all__ = ["RegistryRun", "ToyGDStep", "ToyRun", "build_registry", "build_toy"]
+
+
+class ToyRun(EngineRunConfig):
+    """Part (a): the 5×5 factorization toy, one initial A, B (the seed), every λ batched.
+
+    ``loop.steps`` GD steps of size ``lr`` (``loop.dtype`` should be ``float64``).
+    """
+
+    kind: str = Field("factor_toy", pattern="^factor_toy$")
+    lr: float = Field(0.05, gt=0, description="GD step η")
+    lambdas: list[float] = Field(default_factory=lambda: [0.0, 0.1, 0.2, 0.4, 0.8])
+    fine_lambdas: int = Field(41, ge=0, description="extra λ grid in [0, 1] for the σ–λ figure")
+    init_std: float = Field(0.3, gt=0)
+    data_scale: float = Field(1.0, gt=0, description="data term data_scale·‖ABᵀ − D‖²")
+
+
+class FactorPairs(nn.Module):
+    """Factors ``A, B: [n_lambda, 5, 5]`` (one pair per λ), the product ``A Bᵀ``."""
+
+    def __init__(self, A: Tensor, B: Tensor) -> None:
+        super().__init__()
+        self.A = nn.Parameter(A)
+        self.B = nn.Parameter(B)
+
+
+class ToyGDStep:
+    """One full-batch GD step on every λ's pair at once (``MatrixFactorization.gradient_step``);
+    returns the mean over the main λ grid of the penalised loss."""
+
+    def __init__(self, task: MatrixFactorization, lambdas: Tensor, lr: float, n_main: int):
+        self.task, self.lambdas, self.lr, self.n_main = task, lambdas, lr, n_main
+
+    def __call__(self, model: FactorPairs, batch, ctx: StepContext) -> Tensor:
+        lambdas = self.lambdas.to(model.A)
+        with torch.no_grad():
+            A, B = self.task.gradient_step(model.A, model.B, lambdas, self.lr * ctx.lr_factor)
+            model.A.copy_(A)
+            model.B.copy_(B)
+            n = self.n_main
+            return self.task.loss(model.A[:n], model.B[:n], lambdas[:n]).mean()
+
+
+def build_toy(config: ToyRun, streams: SeedStreams) -> Parts:
+    """The toy's factors (stream ``factors``: A, B ~ N(0, init_std²) independently, the same
+    for every λ), its GD step, and probes: every step the main grid's ``balancedness``,
+    ``l2_term``, ``gap``, ``loss`` ``[n_lambda]`` and ``sigma`` ``[n_lambda, 5]``; ``lambdas``
+    at step 0; ``fine.lambdas``, ``fine.sigma`` at step 0 and the last step."""
+    task = MatrixFactorization(data_scale=config.data_scale)
+    lambdas = torch.tensor(config.lambdas, dtype=torch.float64)
+    fine = torch.linspace(0.0, 1.0, config.fine_lambdas, dtype=torch.float64)
+    every = torch.cat([lambdas, fine])
+    A0, B0 = task.init_factors(1, streams.generator("factors"), std=config.init_std)
+    model = FactorPairs(
+        A0.expand(len(every), -1, -1).clone(), B0.expand(len(every), -1, -1).clone()
+    )
+    n = len(lambdas)
+
+    def main_grid(m: FactorPairs, ctx) -> dict[str, Tensor]:
+        A, B = m.A.detach()[:n], m.B.detach()[:n]
+        row = {"balancedness": balancedness(A, B), "l2_term": l2_term(A, B),
+               "gap": l2_nuclear_gap(A, B), "loss": task.loss(A, B, lambdas.to(A)),
+               "sigma": factor_singular_values(A, B)}  # fmt: skip
+        return row | ({"lambdas": lambdas} if ctx.step == 0 else {})
+
+    def fine_grid(m: FactorPairs, ctx) -> dict[str, Tensor]:
+        return {"fine.lambdas": fine, "fine.sigma": factor_singular_values(m.A[n:], m.B[n:])}
+
+    probes = [(main_grid, EveryN(1))]
+    if config.fine_lambdas:
+        probes.append((fine_grid, EveryN(config.loop.steps)))
+    return Parts(model=model, data={}, step=ToyGDStep(task, every, config.lr, n), probes=probes)
+
+
+class RegistryRun(EngineRunConfig):
+    """A registry run config (model, task, optimizer, batch size, eval batches, probes) on the
+    engine; ``seed`` and ``loop`` (:func:`dynascope.train.trainer.loop_of`) are the engine's,
+    ``run.seed`` and ``run.train`` steps are ignored."""
+
+    run: RunConfig
+
+
+def build_registry(config: RegistryRun, streams: SeedStreams) -> Parts:
+    """Model, task, AdamW groups and probes as the registry Trainer builds them: training
+    batches from stream ``data``, ``val.*`` over ``eval_batches`` fixed batches from stream
+    ``val`` (the first is the probe batch), probes on a log schedule.
+
+    Raises:
+        dynascope.config.ConfigError: ``optimizer.mode`` is ``l2`` (explicit penalty: use the
+            registry Trainer).
+    """
+    run = config.run
+    if run.optimizer.mode == "l2":
+        raise ConfigError("optimizer.mode: 'l2' is not supported here (allowed: 'decoupled')")
+    task = build_task(run.task)
+    model = build_model(run.model, task)
+    size, val = run.train.batch_size, streams.generator("val")
+    val_batches = [task.batch("val", size, val) for _ in range(run.train.eval_batches)]
+
+    def evaluate(m: nn.Module) -> dict[str, float]:
+        sums: dict[str, float] = {}
+        for batch in val_batches:
+            batch = {k: v.to(next(m.parameters()).device) for k, v in batch.items()}
+            out = m(batch["x"])
+            for key, value in {"loss": task.loss(out, batch), **task.metrics(out, batch)}.items():
+                sums[key] = sums.get(key, 0.0) + float(value.double())
+        return {f"val.{k}": v / len(val_batches) for k, v in sums.items()}
+
+    return Parts(
+        model=model,
+        data=lambda g: task.batch("train", size, g),
+        loss=lambda m, batch: task.loss(m(batch["x"]), batch),
+        optimizer=lambda m: build_optimizer(run.optimizer, m)[0],
+        evaluate=evaluate,
+        probes=[make_probe(name) for name in run.monitor.probes],
+        probe_schedule=LogSchedule(config.loop.steps, run.monitor.points),
+        probe_batch=val_batches[0],
+    )
