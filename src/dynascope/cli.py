@@ -855,6 +855,9 @@ def config_validate(
 
 def main() -> None:
     """Entry point of the ``dynascope`` script."""
+    from dynascope.executors._task import quiet_interrupts_in_callbacks
+
+    quiet_interrupts_in_callbacks()
     app()
 
 

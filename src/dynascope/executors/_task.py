@@ -28,6 +28,7 @@ from typing import Any
 from pydantic import BaseModel
 
 __all__ = [
+    "quiet_interrupts_in_callbacks",
     "RunOutcome",
     "RunStopped",
     "RunTask",
@@ -36,6 +37,27 @@ __all__ = [
     "record_interrupted",
     "runner_kwargs",
 ]
+
+
+def quiet_interrupts_in_callbacks() -> None:
+    """Drop a Ctrl-C that lands in a callback Python cannot raise from (a weakref or import-lock
+    callback), instead of printing "Exception ignored ... KeyboardInterrupt" with a traceback.
+
+    The first SIGINT/SIGTERM already stops the run cleanly through the normal path; a stop
+    that happens to arrive inside such a callback is otherwise reported as unraisable noise.
+    Other unraisable exceptions go to the previous hook.
+    """
+    import sys
+
+    previous = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            return
+        previous(unraisable)
+
+    if getattr(previous, "__name__", "") != "hook":
+        sys.unraisablehook = hook
 
 
 def runner_kwargs(runner: Callable[..., Any], **offered: Any) -> dict[str, Any]:

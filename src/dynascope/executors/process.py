@@ -41,6 +41,9 @@ def _child_main(task: RunTask, conn: Connection) -> None:
     """Body of one child: execute the task, send the outcome back."""
     import torch
 
+    from ._task import quiet_interrupts_in_callbacks
+
+    quiet_interrupts_in_callbacks()
     torch.set_num_threads(1)  # N runs share the machine's cores; runners may ask for more
     outcome = execute_task(task)
     conn.send(outcome)
