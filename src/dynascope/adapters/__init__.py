@@ -51,6 +51,7 @@ from ._hf import (
 from ._torch import multihead_attention_pattern, multihead_attention_view, no_mha_fastpath
 from ._transformer_lens import is_pattern_hook, transformer_lens_view
 from ._view import AttentionView as AttentionView
+from ._view import layout_weights
 
 __all__ = [
     "AttentionView",
@@ -101,19 +102,7 @@ def _dynascope_adapter(name: str, module: nn.Module) -> AttentionView | None:
 
     if not isinstance(module, MultiHeadAttention):
         return None
-    return AttentionView(
-        name=name,
-        W_Q=module.W_Q,
-        W_K=module.W_K,
-        W_V=module.W_V,
-        W_O=module.W_O,
-        b_Q=module.b_Q,
-        b_K=module.b_K,
-        b_V=module.b_V,
-        b_O=module.b_O,
-        module=module,
-        scale=module.scale,
-    )
+    return AttentionView(name=name, **layout_weights(module), module=module, scale=module.scale)
 
 
 register_adapter("dynascope.nn.MultiHeadAttention", _dynascope_adapter)

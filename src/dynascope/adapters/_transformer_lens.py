@@ -31,7 +31,7 @@ import sys
 
 from torch import nn
 
-from ._view import AttentionView
+from ._view import AttentionView, layout_weights
 
 __all__ = ["is_pattern_hook", "transformer_lens_view"]
 
@@ -59,14 +59,7 @@ def transformer_lens_view(name: str, module: nn.Module) -> AttentionView | None:
     n_kv = getattr(cfg, "n_key_value_heads", None)
     return AttentionView(
         name=name,
-        W_Q=module.W_Q,
-        W_K=module.W_K,
-        W_V=module.W_V,
-        W_O=module.W_O,
-        b_Q=module.b_Q,
-        b_K=module.b_K,
-        b_V=module.b_V,
-        b_O=module.b_O,
+        **layout_weights(module),
         module=module,
         scale=1.0 / float(module.attn_scale),
         rotary=cfg.positional_embedding_type == "rotary",

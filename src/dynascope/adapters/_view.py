@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-__all__ = ["AttentionView", "heads_from_columns", "heads_from_rows", "slices"]
+__all__ = ["AttentionView", "heads_from_columns", "heads_from_rows", "layout_weights", "slices"]
 
 
 @dataclass(frozen=True)
@@ -112,3 +112,10 @@ def slices(t: Tensor, width: int, dim: int = 0) -> list[Tensor]:
     modified in place (an optimizer step); outputs of ``split``/``chunk`` it would reject.
     """
     return [t.narrow(dim, start, width) for start in range(0, t.shape[dim], width)]
+
+
+def layout_weights(module: object) -> dict[str, Tensor]:
+    """``W_Q, W_K, W_V, W_O, b_Q, b_K, b_V, b_O`` of a module that already keeps them in the
+    TransformerLens layout (dynascope's attention, TransformerLens's), as view fields."""
+    names = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")
+    return {name: getattr(module, name) for name in names}
