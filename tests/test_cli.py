@@ -274,6 +274,31 @@ def test_the_cli_module_and_the_package_do_not_import_torch():
     assert proc.stdout.strip() == "[]"
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["nope"], "unknown study 'nope' (allowed: autoencoder-greedy-rank"),
+        (["slingshot", "--preset", "quick"], "preset must be one of smoke, fast, paper"),
+    ],
+)
+def test_study_run_refuses_a_bad_name_or_preset_before_importing_torch(tmp_path, args, message):
+    code = (
+        "import sys, dynascope.cli\n"
+        "from typer.testing import CliRunner\n"
+        f"r = CliRunner().invoke(dynascope.cli.app, ['study', 'run', *{args!r}])\n"
+        "print(r.exit_code, r.output.strip())\n"
+        "print(sorted(m for m in sys.modules if m == 'torch'))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    status, imported = proc.stdout.strip().rsplit("\n", 1)
+    assert status.startswith("2 ") and message in status, status
+    assert imported == "[]"
+    assert list(tmp_path.iterdir()) == []  # wrote nothing
+
+
 def test_version_and_python_dash_m_dynascope():
     from dynascope import __version__
 

@@ -33,6 +33,20 @@ CATALOG: tuple[tuple[str, tuple[str, ...], str], ...] = (
 )
 
 
+def check(name: str, preset: str | None = None) -> None:
+    """Refuse an unknown study name or preset before anything heavy is imported.
+
+    Raises:
+        ValueError: ``name`` is not a registered study, or ``preset`` is not one of its
+            presets; the message lists the allowed values.
+    """
+    presets = {entry[0]: entry[1] for entry in CATALOG}
+    if name not in presets:
+        raise ValueError(f"unknown study {name!r} (allowed: {', '.join(sorted(presets))})")
+    if preset is not None and preset not in presets[name]:
+        raise ValueError(f"preset must be one of {', '.join(presets[name])} (got {preset!r})")
+
+
 def live_catalog() -> tuple[tuple[str, tuple[str, ...], str], ...]:
     """The same table read from the registry (imports every study, hence torch)."""
     from dynascope import studies

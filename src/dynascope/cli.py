@@ -420,12 +420,20 @@ def study_run(
     Rerunning into the same directory resumes it: finished runs are kept, interrupted ones
     continue from their checkpoints, missing ones start (--fresh starts over).
     """
+    from dynascope._study_catalog import check
+
+    if all_ == (name is not None):
+        _fail("NAME: give a study name or --all (not both)")
+    if name is not None:
+        try:  # before importing torch: a typo is refused at once
+            check(name, preset)
+        except ValueError as err:
+            _fail(str(err))
+
     from dynascope import studies
     from dynascope.executors import make_executor
     from dynascope.studies.base import resolve_device
 
-    if all_ == (name is not None):
-        _fail("NAME: give a study name or --all (not both)")
     try:
         selected = studies.names() if all_ else [name]
         for study_name in selected:

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 from .base import Analysis as Analysis
 from .base import RunSpec as RunSpec
 from .base import Study as Study
@@ -64,12 +66,12 @@ def names() -> list[str]:
 
 
 def get(name: str) -> Study:
-    """The study registered as ``name``.
+    """The study registered as ``name``; imports that study's module only.
 
     Raises:
         ValueError: unknown name; the message lists the registered studies.
     """
-    registry = _registry()
-    if name not in registry:
-        raise ValueError(f"unknown study {name!r} (allowed: {', '.join(sorted(registry))})")
-    return registry[name]
+    from dynascope._study_catalog import check
+
+    check(name)
+    return importlib.import_module(f"{__name__}.{name.replace('-', '_')}").STUDY
