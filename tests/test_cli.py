@@ -79,6 +79,7 @@ def test_resume_finished_run_continues_from_last_checkpoint(finished_run: Path):
     result = invoke("resume", finished_run, "--no-progress")
     assert result.exit_code == 0, result.output
     assert re.search(r"finished 6 steps in ", result.stdout)
+    assert "had already finished at step 6: nothing left to train" in result.stdout
     run = load_run(finished_run)
     assert run.status == "finished"
     resumed = run.events[run.events["kind"] == "resumed"]
@@ -91,6 +92,7 @@ def test_resume_after_lost_last_checkpoint_reproduces_the_run(finished_run: Path
     (finished_run / "checkpoints" / "step_6.pt").unlink()
     result = invoke("resume", finished_run, "--no-progress")
     assert result.exit_code == 0, result.output
+    assert "already finished" not in result.stdout  # steps 4-6 were trained again
     run = load_run(finished_run)
     assert run.status == "finished"
     assert run.events[run.events["kind"] == "resumed"]["detail"].tolist() == [

@@ -224,8 +224,13 @@ def resume(
 
     if not (run_dir / "config.yaml").is_file():
         _fail(f"RUN_DIR: {str(run_dir)!r} is not a run directory (no config.yaml)")
-    from dynascope.store import RunLockedError, UnsafeCheckpointError
+    from dynascope.store import RunLockedError, UnsafeCheckpointError, load_run
 
+    try:
+        before = load_run(run_dir)
+        finished_at = int(before.events["step"].iloc[-1]) if before.status == "finished" else None
+    except (OSError, sqlite3.DatabaseError, IndexError):
+        finished_at = None  # no store yet: resuming starts it
     try:
         if (run_dir / "runner.json").is_file():  # a study's run: its own build, on the engine
             from dynascope.studies.engine_runs import resume_run
@@ -237,7 +242,24 @@ def resume(
             result = trainer.run(resume=True)
     except (ConfigError, RunLockedError, UnsafeCheckpointError, sqlite3.DatabaseError) as err:
         _fail(str(err))
+    if finished_at is not None and _resumed_from(run_dir) == finished_at:
+        console.print(
+            f"{run_dir} had already finished at step {finished_at}: nothing left to train "
+            "(its last checkpoint was evaluated again)",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     _report_result(result)
+
+
+def _resumed_from(run_dir: Path) -> int | None:
+    """The checkpoint step the run's latest resume started from."""
+    from dynascope.store import load_run
+
+    events = load_run(run_dir).events
+    resumed = events[events["kind"] == "resumed"]
+    return int(resumed["step"].iloc[-1]) if len(resumed) else None
 
 
 def _report_result(result) -> None:
@@ -257,7 +279,7 @@ def _report_result(result) -> None:
         raise typer.Exit(EXIT_SIGNAL.get(result.signal, 130))
     summary = ", ".join(f"{k} {v:.4g}" for k, v in result.final.items())
     console.print(
-        f"finished {result.step} steps in {result.run_dir}: {summary}",
+        f"finished {result.step} steps in {result.run_dir}" + (f": {summary}" if summary else ""),
         markup=False,
         highlight=False,
     )
