@@ -36,7 +36,7 @@ def _tiny_gpt2():
 
 
 # -- Hugging Face --------------------------------------------------------------------------------
-def test_hf_callback_records_loss_lr_status_and_reaches_report_to(tmp_path, monkeypatch):
+def test_hf_callback_records_loss_lr_status_and_reaches_report_to(tmp_path, monkeypatch, capsys):
     import transformers
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -75,6 +75,9 @@ def test_hf_callback_records_loss_lr_status_and_reaches_report_to(tmp_path, monk
         assert written == pytest.approx(stored, rel=1e-6)  # float32 in TensorBoard
     assert "train/attn/L1/H2/qk_effective_rank" in tags
     assert not any("singular_values" in t for t in tags)  # spectra stay in the store
+    # the console (PrinterCallback, as disable_tqdm=True) shows the trainer's logs, no probes
+    printed = capsys.readouterr().out
+    assert "'loss'" in printed and "attn/" not in printed and "norm/" not in printed
 
 
 def test_trainer_metrics_maps_names_and_drops_timings():

@@ -25,7 +25,8 @@ sinks that keep one (:class:`dynascope.RunStore`). The sinks are flushed at the 
 ``running`` (as a killed one does).
 
 With ``trainer=`` the probe values also go to the trainer's own loggers (``report_to``:
-TensorBoard, W&B, MLflow, ...) through ``trainer.log``, one call per measured step, with
+TensorBoard, W&B, MLflow, ...) through their ``on_log``, one call per measured step (the
+console printers are skipped, and ``state.log_history`` keeps the trainer's own logs), with
 names grouped by :func:`dynascope.keys.metric_path` (``attn/L0/H3/qk_effective_rank``);
 only one-element values are forwarded (spectra stay in the RunStore). The callback adds a
 forwarding sink to ``monitor.sinks`` for this.
@@ -36,10 +37,12 @@ Raises:
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 try:
     from transformers import TrainerCallback
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
 except ImportError as err:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "dynascope.integrations.huggingface needs transformers: pip install 'dynascope[hf]'"
@@ -98,30 +101,39 @@ class MonitorCallback(TrainerCallback):
         self._last = LastRecord()
         monitor.sinks.append(self._last)
 
-    def _forward(self, control: Any) -> None:
+    def _forward(self, args: Any, state: Any, control: Any) -> None:
         pending = self._last.take()
         if pending is None or self.trainer is None:
             return
         scalars = grouped_scalars(pending[1])
-        if scalars:
-            # Trainer.log runs every callback's on_log, which clears control.should_log: keep
-            # the trainer's own decision to log its loss at this step.
-            should_log = control.should_log
-            self.trainer.log(scalars)
-            control.should_log = should_log
+        if not scalars:
+            return
+        # Straight to the loggers' on_log (what Trainer.log would call), skipping the console
+        # printers (dozens of probe values per step would flood it) and this callback; the
+        # trainer's own decision to log its loss at this step (control.should_log) is kept.
+        handler = copy.copy(self.trainer.callback_handler)
+        handler.callbacks = [
+            cb
+            for cb in handler.callbacks
+            if not isinstance(cb, (PrinterCallback, ProgressCallback, MonitorCallback))
+        ]
+        should_log = control.should_log
+        handler.call_event("on_log", args, state, control, logs=scalars)
+        control.should_log = should_log
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         set_status(self.monitor, state.global_step, "running")
         if state.global_step == 0:
             self.monitor.step(0)
-            self._forward(control)
+            self._forward(args, state, control)
 
     def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         # global_step is incremented after this callback: this update is number global_step + 1
         self.monitor.step(state.global_step + 1)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._forward(control)  # now state.global_step is the update the record belongs to
+        # now state.global_step is the update the record belongs to
+        self._forward(args, state, control)
 
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any
