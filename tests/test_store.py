@@ -197,6 +197,25 @@ def pd_isna(value):
     return bool(pd.isna(value))
 
 
+def test_load_study_keeps_a_run_that_logged_only_tensors(tmp_path):
+    import torch
+
+    from dynascope import load_study
+
+    with RunStore(tmp_path / "scalars") as store:
+        store.log(3, {"train.loss": 1.5})
+    with RunStore(tmp_path / "tensors") as store:
+        store.write_config({"seed": 4})
+        store.log(3, {"L0.H0.qk.singular_values": torch.ones(3)})
+        store.set_status(3, "finished")
+    frame = load_study(tmp_path).set_index("run")
+    assert list(frame.index) == ["scalars", "tensors"]
+    row = frame.loc["tensors"]
+    assert row["status"] == "finished" and row["seed"] == 4
+    assert pd_isna(row["step"]) and pd_isna(row["key"]) and pd_isna(row["value"])
+    assert frame.loc["scalars", "step"] == 3 and frame.loc["scalars", "value"] == 1.5
+
+
 def test_load_study_without_runs_raises(tmp_path):
     from dynascope import load_study
 

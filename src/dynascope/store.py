@@ -595,7 +595,9 @@ def load_study(path: str | os.PathLike[str]) -> pd.DataFrame:
     Returns:
         DataFrame, one row per logged scalar: ``run`` (the run directory's name), ``status``,
         ``step, key, value, layer, head, metric`` (as :attr:`Run.scalars`), then the config
-        columns in order of first appearance. Sorted by run, then step, then key.
+        columns in order of first appearance. A run that logged no scalar (only tensors, or
+        nothing yet) has one row with missing ``step``/``key``/``value``, so that its status
+        and config still show. Sorted by run, then step, then key.
     Raises:
         FileNotFoundError: if ``path`` holds no run directory.
     """
@@ -618,6 +620,8 @@ def load_study(path: str | os.PathLike[str]) -> pd.DataFrame:
         run = load_run(run_dir)
         config = _flatten(run.config or manifest.get(run_dir.name) or {})
         frame = run.scalars.copy()
+        if frame.empty:  # a run that logged only tensors (or nothing yet) still shows
+            frame = frame.reindex([0]).astype({"step": "Int64"})
         frame.insert(0, "run", run_dir.name)
         frame.insert(1, "status", run.status)
         for name, value in config.items():
