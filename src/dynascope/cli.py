@@ -446,8 +446,8 @@ def study_run(
 
     if all_ == (name is not None):
         _fail("NAME: give a study name or --all (not both)")
-    if name is not None:
-        try:  # before importing torch: a typo is refused at once
+    if name is not None and "dynascope.studies" not in sys.modules:
+        try:  # a fresh process refuses a typo at once, before importing torch
             check(name, preset)
         except ValueError as err:
             _fail(str(err))

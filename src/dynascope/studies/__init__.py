@@ -66,12 +66,17 @@ def names() -> list[str]:
 
 
 def get(name: str) -> Study:
-    """The study registered as ``name``; imports that study's module only.
+    """The study registered as ``name`` (a study of the generated catalog imports only its
+    own module).
 
     Raises:
         ValueError: unknown name; the message lists the registered studies.
     """
-    from dynascope._study_catalog import check
+    from dynascope._study_catalog import CATALOG
 
-    check(name)
-    return importlib.import_module(f"{__name__}.{name.replace('-', '_')}").STUDY
+    if any(entry[0] == name for entry in CATALOG):
+        return importlib.import_module(f"{__name__}.{name.replace('-', '_')}").STUDY
+    registry = _registry()
+    if name not in registry:
+        raise ValueError(f"unknown study {name!r} (allowed: {', '.join(sorted(registry))})")
+    return registry[name]
