@@ -18,7 +18,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from dynascope.report.figures import new_figure, save_figure
-from dynascope.store import RunStore
+from dynascope.store import RunStore, load_run
 from dynascope.studies.base import Analysis, RunSpec, Study, Verdict
 
 Behaviour = Literal["ok", "raise", "die", "slow"]
@@ -41,19 +41,33 @@ class StubPreset(BaseModel):
     sleep_s: float = 0.0
 
 
-def stub_runner(config: StubRun, run_dir: Path, progress: bool = False, device: str = "cpu"):
+def stub_runner(
+    config: StubRun,
+    run_dir: Path,
+    progress: bool = False,
+    device: str = "cpu",
+    resume: bool = False,
+):
+    """Logs ``x`` at steps 0..steps; ``resume`` continues after the last logged row (the rows
+    equal an uninterrupted run's: the generator is advanced past the rows already kept)."""
     generator = torch.Generator().manual_seed(config.seed)
+    start = 0
+    if resume and (Path(run_dir) / "metrics.sqlite").is_file():
+        kept = load_run(run_dir).scalars.query("key == 'x'")
+        start = int(kept["step"].max()) + 1 if len(kept) else 0
+        for _ in range(start):  # the draws of the kept rows, one at a time as they were made
+            torch.randn((), generator=generator)
     with RunStore(run_dir) as store:
-        store.truncate_after(-1)
+        store.truncate_after(start - 1)
         store.write_config(config.model_dump(mode="json"))
-        store.set_status(0, "running")
-        store.event(0, "invoked", f"pid {os.getpid()} device {device}")
+        store.set_status(start, "running")
+        store.event(start, "invoked", f"pid {os.getpid()} device {device}")
         if config.behaviour == "raise":
             raise RuntimeError("stub failure")
         if config.behaviour == "die":
             store.flush()
             os.kill(os.getpid(), signal.SIGKILL)
-        for step in range(config.steps + 1):
+        for step in range(start, config.steps + 1):
             store.log(step, {"x": float(torch.randn((), generator=generator)), "device": 0.0})
             store.flush()
             time.sleep(config.sleep_s)

@@ -1,7 +1,7 @@
 """Ctrl-C / SIGTERM during ``dynascope study run`` when the run's runner is a custom one
-(no Trainer, no signal handling, no resume): the run is marked ``interrupted`` at its last
+(no engine, no signal handling of its own): the run is marked ``interrupted`` at its last
 logged step, one line says which run stopped and how to continue, the CLI exits 130 / 143, and
-the same command again keeps the finished run and restarts (not resumes) the stopped one.
+the same command again keeps the finished run and resumes the stopped one.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from dynascope import studies
@@ -89,12 +90,13 @@ def _assert_interrupted(out: Path, signal_name: str, stderr: str) -> None:
 
 
 @pytest.mark.slow
-def test_sigterm_stops_a_custom_runner_cleanly_and_a_rerun_restarts_it(stub, monkeypatch, tmp_path):
+def test_sigterm_stops_a_custom_runner_cleanly_and_a_rerun_resumes_it(stub, monkeypatch, tmp_path):
     out = tmp_path / "study"
     code, _, stderr = _stop_mid_run(out, signal.SIGTERM)  # what a scheduler sends
     assert code == 143, stderr
     _assert_interrupted(out, "SIGTERM", stderr)
     assert not (out / "verdict.json").exists()
+    kept = len(load_run(out / "runs" / "r1_slow").scalars.query("key == 'x'"))
 
     # the same command again (in this process, with the child's registry: faster)
     study = stub.make_study(("ok", "slow"), steps=STEPS, sleep_s=SLEEP_S)
@@ -102,12 +104,15 @@ def test_sigterm_stops_a_custom_runner_cleanly_and_a_rerun_restarts_it(stub, mon
     rerun = CliRunner().invoke(app, ["study", "run", "stub", *_cli(out)[4:]])
     assert rerun.exit_code == 0, rerun.output
     assert re.search(r"run r0_ok: finished \(kept\)", rerun.stdout), rerun.stdout
-    assert re.search(r"run r1_slow: finished in [\d.]+ s \(restarted\)", rerun.stdout)
-    assert "resumed" not in rerun.stdout
+    assert re.search(r"run r1_slow: finished in [\d.]+ s \(resumed\)", rerun.stdout)
     rows = {r["name"]: r for r in json.loads((out / "verdict.json").read_text())["runs"]}
-    assert rows["r0_ok"]["this_call"] == "kept" and rows["r1_slow"]["this_call"] == "restarted"
-    invoked = load_run(out / "runs" / "r1_slow").events.query("kind == 'invoked'")
-    assert len(invoked) == 1  # started over from an empty store, not appended to the old one
+    assert rows["r0_ok"]["this_call"] == "kept" and rows["r1_slow"]["this_call"] == "resumed"
+    run = load_run(out / "runs" / "r1_slow")
+    assert run.events.query("kind == 'invoked'")["step"].tolist() == [0, kept]
+    x = run.scalars.query("key == 'x'")
+    generator = torch.Generator().manual_seed(1)  # run r1's seed: an uninterrupted run's rows
+    assert x["step"].tolist() == list(range(STEPS + 1))
+    assert x["value"].tolist() == [float(torch.randn((), generator=generator)) for _ in x["step"]]
 
 
 @pytest.mark.slow

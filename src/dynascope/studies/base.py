@@ -18,8 +18,9 @@ process dies) is recorded as ``failed`` and the others go on. A run stopped by S
 stops the study (:class:`StudyInterrupted`), whatever the runner: one that does not handle
 signals itself is stopped where it is and its store marked ``interrupted``
 (:mod:`dynascope.executors`). Running the study again resumes it: finished runs are kept,
-interrupted ones continue from their checkpoints (or restart, when their runner cannot resume),
-missing ones start (``studies/_plan.py``; ``out/study.json`` records what the directory holds).
+interrupted ones continue from their checkpoints (a runner must take ``resume``; the engine's
+runners do), missing ones start (``studies/_plan.py``; ``out/study.json`` records what the
+directory holds).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -56,8 +56,8 @@ __all__ = [
 ]
 
 PRESETS = ("smoke", "fast", "paper")
-# what this call did to a run ("restarted": left unfinished, but its runner cannot resume)
-_DONE = {"keep": "kept", "resume": "resumed", "restart": "restarted", "start": "started"}
+# what this call did to a run
+_DONE = {"keep": "kept", "resume": "resumed", "start": "started"}
 
 
 @contextmanager
@@ -228,7 +228,7 @@ class Study:
             progress: show per-run progress bars (in-process executor only).
             on_run: called as ``on_run(run_name, status, seconds)`` after each executed run;
                 a callback that takes ``action`` also gets what this call did to the run
-                (``started``, ``resumed``, ``restarted``) and is called for each kept run
+                (``started``, ``resumed``) and is called for each kept run
                 too (``action="kept"``, with its earlier seconds, before any run executes).
             on_start: called once everything is checked and planned, before any run
                 executes (a refused call never reaches it).
@@ -238,7 +238,8 @@ class Study:
             fresh: delete the directory's runs and start every run over.
             run_reports: also write each run's ``report.html`` (loss and probe curves).
         Raises:
-            ValueError: unknown preset or device, ``cuda`` without CUDA, ``out`` is a run
+            ValueError: unknown preset or device, ``cuda`` without CUDA, a run to resume whose
+                runner takes no ``resume``, ``out`` is a run
                 directory or cannot be created or written, or ``out`` holds runs of other
                 configs (and not ``fresh``).
             dynascope.store.RunLockedError: a run to execute is in use by another process.
@@ -259,6 +260,14 @@ class Study:
         _make_study_dir(out)
         had_runs = _run_dirs(out)
         plan = plan_runs(out, self.name, preset, seed, configs, fresh=fresh)
+        for spec in specs:
+            if plan[spec.name] == "resume" and not runner_kwargs(spec.runner, resume=True):
+                runner = getattr(spec.runner, "__qualname__", repr(spec.runner))
+                raise ValueError(
+                    f"run {spec.name}: its runner {runner} cannot resume (it "
+                    "takes no resume argument; engine_runner(build) gives one); rerun with "
+                    "--fresh to start every run over"
+                )
         write_manifest(out, self.name, preset, seed, configs)
         (out / "runs").mkdir(exist_ok=True)
         executor = executor or LocalExecutor()
@@ -273,10 +282,6 @@ class Study:
                 continue
             action = "start" if "start" in actions else "resume"
             kwargs = runner_kwargs(spec.runner, **offered, resume=action == "resume")
-            if action == "resume" and "resume" not in kwargs:
-                for m in members:  # this runner can only start over
-                    shutil.rmtree(out / "runs" / m.name)
-                action = "restart"
             for m in members:
                 plan[m.name] = action
             cuda = (device or getattr(spec.config, "device", "cpu")) == "cuda"
