@@ -176,13 +176,14 @@ class MatchingProbe:
         self.x_match = self.x_train if config.n_match is None else self.x_train[: config.n_match]
         self.inits: list[perm.LayerParams] = []
 
-    def _cast(self, dtype: torch.dtype) -> None:
-        """The inputs in the nets' dtype (the engine's ``loop.dtype``)."""
+    def _cast(self, like: Tensor) -> None:
+        """The data on the nets' device and in their dtype (``loop.device``, ``loop.dtype``)."""
         self.x_train, self.x_test, self.x_match = (
-            t.to(dtype) for t in (self.x_train, self.x_test, self.x_match)
+            t.to(like) for t in (self.x_train, self.x_test, self.x_match)
         )
+        self.y_train, self.y_test = (t.to(like.device) for t in (self.y_train, self.y_test))
         if self.tune is not None:
-            self.tune = (self.tune[0].to(dtype), self.tune[1])
+            self.tune = (self.tune[0].to(like), self.tune[1].to(like.device))
 
     def state_dict(self) -> dict[str, Any]:
         return {"inits": self.inits}
@@ -200,7 +201,7 @@ class MatchingProbe:
 
     def __call__(self, model: NetGroup, ctx: Any) -> dict[str, Tensor]:
         nets = list(model.nets)
-        self._cast(_dtype(nets[0]))
+        self._cast(next(nets[0].parameters()))
         x = self.x_match
         values: dict[str, Tensor] = {}
         if ctx.step == 0:
@@ -218,10 +219,6 @@ class MatchingProbe:
         if ctx.step == self.config.loop.steps:
             values.update(measure_trained(self, nets))
         return values
-
-
-def _dtype(net: nn.Module) -> torch.dtype:
-    return next(net.parameters()).dtype
 
 
 def measure_trained(probe: MatchingProbe, nets: list[nn.Module]) -> dict[str, Tensor]:

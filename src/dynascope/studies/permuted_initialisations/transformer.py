@@ -146,8 +146,9 @@ def pair_barriers(
 
 
 def _pair_barriers(config, task, model_a, model_b, gen) -> dict[str, torch.Tensor]:
-    x_match = task.batch("val", config.n_match, gen)["x"]
-    batch = task.batch("val", config.n_eval, gen)
+    device = next(model_a.parameters()).device
+    x_match = task.batch("val", config.n_match, gen)["x"].to(device)
+    batch = {k: v.to(device) for k, v in task.batch("val", config.n_eval, gen).items()}
     alphas = torch.linspace(0.0, 1.0, config.n_alphas, dtype=torch.float64)
     values: dict[str, torch.Tensor] = {"path.alphas": alphas}
     aligned = {"vanilla": model_b}
