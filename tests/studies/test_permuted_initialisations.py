@@ -184,6 +184,8 @@ def test_smoke_preset_end_to_end(tmp_path):
         assert len(claim["per_seed"]) == 3 and claim["control"]["per_seed"] is not None
     # two updates train nothing: the precondition fails and every claim is inconclusive
     assert {c["status"] for c in data["claims"]} == {"inconclusive"}
+    # p1's control (a random permutation of untrained nets' inits) fails the 0.30 bar
+    assert data["claims"][0]["control"]["status"] == "not held"
     # S7's smoke oracles, measured on every run's net 0: a random permutation changes no
     # output (float32 rounding), matching recovers it by weights exactly and by activations on
     # every live unit, the barrier of a net with itself is 0
