@@ -1,9 +1,10 @@
-"""The permuted-initialisations study's transformer-barrier run (issue 20, item 3), end to end on
-a tiny configuration: two nets trained by the engine, matched both ways, interpolated.
+"""The permuted-initialisations study's transformer-barrier runs (issue 20, item 3), end to end
+on a tiny configuration: two nets trained side by side by the engine, matched both ways,
+interpolated.
 
 Oracles: the aligned nets compute net b's function, so every path ends at the same two losses
 (float32 forward passes of permuted weights: 1e-5 nats); a barrier is never negative; the
-study's preset builds one run per seed pair with the pair's seed.
+study's preset builds one run per seed pair with the pair's seed, the pairs one ensemble.
 """
 
 from __future__ import annotations
@@ -13,22 +14,32 @@ import math
 import torch
 
 from dynascope import load_run
-from dynascope.studies._permuted_initialisations_analysis import analyze
-from dynascope.studies._transformer_barrier import (
-    TransformerBarrierConfig,
+from dynascope.studies.engine_runs import run_members
+from dynascope.studies.permuted_initialisations import STUDY, build_runs
+from dynascope.studies.permuted_initialisations.analysis import analyze
+from dynascope.studies.permuted_initialisations.transformer import (
+    TransformerBarrierRun,
     barrier_tables,
-    run_transformer_barrier,
+    build_transformer_pair,
     split_runs,
 )
-from dynascope.studies.permuted_initialisations import STUDY, build_runs
+from dynascope.train import Loop
 
-TINY = TransformerBarrierConfig(
-    seed=1, d_model=8, n_heads=2, d_mlp=6, steps=4, batch_size=16, n_match=32, n_eval=64, n_alphas=3
+TINY = TransformerBarrierRun(
+    seed=1,
+    d_model=8,
+    n_heads=2,
+    d_mlp=6,
+    batch_size=16,
+    n_match=32,
+    n_eval=64,
+    n_alphas=3,
+    loop=Loop(steps=4, log_every=2),
 )
 
 
 def test_a_tiny_pair_end_to_end(tmp_path):
-    run_transformer_barrier(TINY, tmp_path / "transformer_recall_p0")
+    run_members(build_transformer_pair, TINY, tmp_path / "transformer_recall_p0")
     run = load_run(tmp_path / "transformer_recall_p0")
     assert run.status == "finished" and run.config["group"] == "transformer"
     paths = {m: run.tensors(f"path.{m}.loss")[1][-1] for m in ("vanilla", "activation", "weight")}
@@ -41,10 +52,11 @@ def test_a_tiny_pair_end_to_end(tmp_path):
         )
         assert run.last(f"barrier.{method}.loss") >= 0
     assert run.last("barrier.vanilla.error") >= 0
+    assert "train.net0.loss" in set(run.scalars["key"])  # each net's own training loss
     others, mine = split_runs({"transformer_recall_p0": run})
     assert not others and list(mine) == ["transformer_recall_p0"]
     [(title, rows)] = barrier_tables(mine).items()
-    assert "before/after matching" in title and rows[0]["seeds"] == "2, 3"
+    assert "before/after matching" in title and rows[0]["seed"] == 1
     assert not math.isnan(rows[0]["NLL barrier activation (nats)"])
     assert barrier_tables({}) == {}
     # the study's analysis sets the run aside from the MLP/CNN runs and reports its table
@@ -53,8 +65,10 @@ def test_a_tiny_pair_end_to_end(tmp_path):
     assert analysis.tables[title] == rows
 
 
-def test_the_fast_preset_adds_one_run_per_seed_pair():
+def test_the_pairs_of_a_preset_are_one_ensemble_of_consecutive_seeds():
     specs = [s for s in build_runs(STUDY.preset("fast")) if s.config.group == "transformer"]
     assert [s.name for s in specs] == [f"transformer_recall_p{k}" for k in range(3)]
     assert [s.config.seed for s in specs] == [0, 1, 2]
-    assert not [s for s in build_runs(STUDY.preset("smoke")) if s.config.group == "transformer"]
+    assert {s.group for s in specs} == {"transformer"}
+    smoke = [s for s in build_runs(STUDY.preset("smoke")) if s.config.group == "transformer"]
+    assert [s.config.loop.steps for s in smoke] == [4]
