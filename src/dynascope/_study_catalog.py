@@ -33,6 +33,17 @@ CATALOG: tuple[tuple[str, tuple[str, ...], str], ...] = (
 )
 
 
+def live_catalog() -> tuple[tuple[str, tuple[str, ...], str], ...]:
+    """The same table read from the registry (imports every study, hence torch)."""
+    from dynascope import studies
+
+    rows = []
+    for name in studies.names():
+        study = studies.get(name)
+        rows.append((name, tuple(study.presets), study.claim))
+    return tuple(rows)
+
+
 def check(name: str, preset: str | None = None) -> None:
     """Refuse an unknown study name or preset before anything heavy is imported.
 
@@ -45,17 +56,6 @@ def check(name: str, preset: str | None = None) -> None:
         raise ValueError(f"unknown study {name!r} (allowed: {', '.join(sorted(presets))})")
     if preset is not None and preset not in presets[name]:
         raise ValueError(f"preset must be one of {', '.join(presets[name])} (got {preset!r})")
-
-
-def live_catalog() -> tuple[tuple[str, tuple[str, ...], str], ...]:
-    """The same table read from the registry (imports every study, hence torch)."""
-    from dynascope import studies
-
-    rows = []
-    for name in studies.names():
-        study = studies.get(name)
-        rows.append((name, tuple(study.presets), study.claim))
-    return tuple(rows)
 
 
 def _write() -> Path:
