@@ -29,7 +29,6 @@ LEGACY_STUDIES = {
     "gradual-rank",
     "hyper-ut-pvr",
     "permuted-initialisations",
-    "sigma-reparam-entropy",
 }
 _SHARED = {"dynascope.studies.base", "dynascope.studies.verdict"}
 
