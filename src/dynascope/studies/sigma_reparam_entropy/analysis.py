@@ -187,14 +187,14 @@ def _analyze_sweep(rows: list[dict]) -> list[Verdict]:
         ),
         detail=note,
     )
-    # a run with a non-finite loss (ratio inf) counts as DIVERGED_RATIO: finite for the contract
+    # ratios capped at DIVERGED_RATIO; a non-finite loss (ratio inf) counts it: finite for judge
     ratio = lambda group: {  # noqa: E731
         k: min(v, DIVERGED_RATIO) for k, v in by_seed(group, "loss_tail/min").items()
     }
     e1b = judge(
         claim="e1-instability: at LR* the baseline's loss is unstable (diverges or oscillates)",
         metric="baseline train-loss mean over the last 10% of steps / its minimum at LR*, per "
-        f"seed (a non-finite loss counts {DIVERGED_RATIO:g})",
+        f"seed, capped at {DIVERGED_RATIO:g} (a non-finite loss counts {DIVERGED_RATIO:g})",
         per_seed=ratio(baseline[at]),
         threshold=OSCILLATION_RATIO,
         direction=">=",
