@@ -17,7 +17,7 @@ from dynascope.studies.sigma_reparam_entropy import (
     build_units,
 )
 
-CLAIMS = ["e1-collapse", "e1-instability", "e2", "u1", "u2"]
+CLAIMS = ["e1-collapse", "e1-instability", "e2-entropy", "e2-accuracy", "u1", "u2"]
 
 STEPS = 100
 
@@ -55,7 +55,10 @@ def _fake_run(root, method, lr, entropy, loss, accuracy, status="finished", seed
 
 
 def _units(root):
-    run_members(build_units, STUDY.preset("smoke").units, root / "runs" / "u_unit_checks")
+    units = STUDY.preset("smoke").units
+    for seed in range(3):
+        config = units.model_copy(update={"seed": seed})
+        run_members(build_units, config, root / "runs" / f"u_unit_checks_s{seed}")
 
 
 def _runs(root):
@@ -91,9 +94,15 @@ def test_collapse_at_the_high_lr_and_sigma_reparam_holding_pass(tmp_path):
     assert "LR* = 0.03" in e1.detail and e1.control.status == "not held"
     unstable = verdicts["e1-instability"]
     assert unstable.status == "held" and unstable.measured == pytest.approx(2.2 / 0.4)
-    assert verdicts["e2"].status == "held" and verdicts["e2"].measured == pytest.approx(0.8)
-    assert verdicts["e2"].control.status == "not held"  # the baseline's entropy fell
-    assert verdicts["u1"].passed and verdicts["u2"].passed
+    e2 = verdicts["e2-entropy"]
+    assert e2.status == "held" and e2.measured == pytest.approx(0.8)
+    assert e2.control.status == "not held"  # the baseline's entropy fell
+    accuracy = verdicts["e2-accuracy"]
+    assert accuracy.status == "held" and accuracy.measured == pytest.approx(0.93)
+    assert accuracy.control.status == "not held"  # the collapsed baseline's accuracy: 0.3
+    for unit in ("u1", "u2"):  # three unit-check seeds; each control fails its claim
+        assert verdicts[unit].status == "held" and verdicts[unit].seeds == (0, 1, 2)
+        assert verdicts[unit].control.status == "not held"
     assert len(analysis.figures) == 3 and all(p.is_file() for p in analysis.figures)
     (rows,) = analysis.tables.values()
     assert [(r["method"], r["lr"], r["collapsed"]) for r in rows][::3] == [
@@ -116,7 +125,8 @@ def test_lr_star_is_the_smallest_collapsing_lr_and_a_diverged_run_is_data(tmp_pa
     assert "LR* = 0.01" in verdicts["e1-collapse"].detail
     assert verdicts["e1-instability"].status == "held"
     assert verdicts["e1-instability"].per_seed[0] == 1e6  # diverged
-    assert verdicts["e2"].status == "held"  # at LR* = 0.01, not at 0.03 where σReparam diverged
+    assert verdicts["e2-entropy"].status == "held"  # at LR* = 0.01, not at 0.03 (diverged)
+    assert verdicts["e2-accuracy"].status == "held"
     rows = [r for r in analysis.tables[next(iter(analysis.tables))] if r["status"] == "diverged"]
     assert rows[0]["diverged_at"] == 50 and math.isinf(rows[0]["loss_tail/min"])
 
@@ -129,7 +139,9 @@ def test_collapse_and_instability_are_judged_apart(tmp_path):
     assert verdicts["e1-collapse"].status == "held"  # the entropy collapsed
     unstable = verdicts["e1-instability"]
     assert unstable.status == "not held" and unstable.measured == pytest.approx(1.0)
-    assert verdicts["e2"].status == "held"
+    assert verdicts["e2-entropy"].status == "held"
+    # the collapsed baseline still reaches 0.97: the accuracy control holds too
+    assert verdicts["e2-accuracy"].status == "inconclusive"
 
 
 def test_no_collapse_leaves_instability_and_e2_inconclusive(tmp_path):
@@ -141,7 +153,8 @@ def test_no_collapse_leaves_instability_and_e2_inconclusive(tmp_path):
     assert e1.status == "not held" and e1.measured == pytest.approx(0.8)
     assert "no swept LR collapses" in e1.detail
     assert verdicts["e1-instability"].status == "inconclusive"
-    assert verdicts["e2"].status == "inconclusive"
+    assert verdicts["e2-entropy"].status == "inconclusive"
+    assert verdicts["e2-accuracy"].status == "inconclusive"
 
 
 def test_a_control_that_collapses_too_makes_the_collapse_inconclusive(tmp_path):
@@ -159,14 +172,24 @@ def test_sigma_reparam_failing_at_lr_star_fails_e2(tmp_path):
     _three(tmp_path, "sigma", 3e-2, [0.99, 0.7, 0.45, 0.6], STABLE[:4], 0.95)
     verdicts, _ = _verdicts(tmp_path)
     assert verdicts["e1-collapse"].status == "held"
-    assert verdicts["e2"].status == "not held"
-    assert verdicts["e2"].measured == pytest.approx(0.45)
+    assert verdicts["e2-entropy"].status == "not held"
+    assert verdicts["e2-entropy"].measured == pytest.approx(0.45)
     other = tmp_path / "other"
     _three(other, "baseline", 1e-3, HIGH, STABLE, 0.95)
     _three(other, "baseline", 3e-2, COLLAPSING, OSCILLATING, 0.2)
     _three(other, "sigma", 3e-2, HIGH, STABLE, 0.85)  # entropy fine, accuracy too low
     verdicts, _ = _verdicts(other)
-    assert verdicts["e2"].status == "inconclusive" and "seed 0: 0.85" in verdicts["e2"].detail
+    assert verdicts["e2-entropy"].status == "held"
+    accuracy = verdicts["e2-accuracy"]
+    assert accuracy.status == "not held" and accuracy.measured == pytest.approx(0.85)
+    short = tmp_path / "short"  # nothing fits at the control LR: the steps are too few
+    _three(short, "baseline", 1e-3, HIGH, STABLE, 0.6)
+    _three(short, "baseline", 3e-2, COLLAPSING, OSCILLATING, 0.2)
+    _three(short, "sigma", 3e-2, HIGH, STABLE, 0.85)
+    verdicts, _ = _verdicts(short)
+    accuracy = verdicts["e2-accuracy"]
+    assert accuracy.status == "inconclusive" and accuracy.precondition.measured == 0.6
+    assert "seed 0: 0.6" in accuracy.detail
 
 
 def test_the_mean_and_two_thirds_of_the_seeds_decide_a_collapse(tmp_path):
@@ -186,12 +209,14 @@ def test_presets_validate_and_vary_only_lr_and_method():
     for preset in ("smoke", "fast", "paper"):
         config = STUDY.preset(preset)
         specs = build_runs(config)
-        assert specs[0].name == "u_unit_checks"
-        assert len(specs) == 1 + 2 * len(config.lrs) * config.seeds
+        assert [s.name for s in specs[:3]] == [f"u_unit_checks_s{k}" for k in range(3)]
+        # the baseline at every LR, σReparam at every LR but the control LR
+        assert len(specs) == 3 + (2 * len(config.lrs) - 1) * config.seeds
     fast = {s.name: s.config for s in build_runs(STUDY.preset("fast"))}
-    assert len(fast) == 13 and STUDY.preset("fast").lrs == [1e-3, 3e-2]
+    assert len(fast) == 12 and STUDY.preset("fast").lrs == [1e-3, 3e-2]
+    assert "sigma_lr0.001_s0" not in fast and "baseline_lr0.001_s0" in fast
     base, sigma = fast["baseline_lr0.03_s0"], fast["sigma_lr0.03_s0"]
-    assert base.model.use_ln and not base.model.sigma_reparam
+    assert not base.model.use_ln and not base.model.sigma_reparam  # the LN-free baseline
     assert sigma.model.sigma_reparam and not sigma.model.use_ln
     assert base.optimizer.name == "adam" and base.optimizer.warmup_steps == 0
     assert base.model.pooling == "mean" and base.task.patch_size == 2  # T = 16 keys
@@ -199,7 +224,11 @@ def test_presets_validate_and_vary_only_lr_and_method():
         update={"name": "x", "model": None}
     )
     paper = build_runs(STUDY.preset("paper"), seed=10)
-    assert {s.config.seed for s in paper[1:]} == {10, 11, 12}
+    assert {s.config.seed for s in paper} == {10, 11, 12}
+    pre_ln = STUDY.preset("fast").model_copy(update={"baseline_ln": True})
+    pre_ln_runs = {s.name: s.config for s in build_runs(pre_ln)}
+    assert pre_ln_runs["baseline_lr0.03_s0"].model.use_ln  # S12's pre-LN baseline
+    assert not pre_ln_runs["sigma_lr0.03_s0"].model.use_ln
 
 
 def test_smoke_preset_end_to_end(tmp_path):
@@ -210,12 +239,15 @@ def test_smoke_preset_end_to_end(tmp_path):
     for claim in data["claims"]:
         assert claim["measured"] is None or isinstance(claim["measured"], float)
         assert isinstance(claim["passed"], bool)
-    assert data["claims"][3]["passed"] and data["claims"][4]["passed"]  # the unit checks
-    assert [r["name"] for r in data["runs"]] == ["u_unit_checks"] + [
+    for unit in data["claims"][4:]:  # the unit checks hold, their controls fail
+        assert unit["status"] == "held" and unit["control"]["status"] == "not held"
+        assert unit["seeds"] == [0, 1, 2] and len(unit["control"]["per_seed"]) == 3
+    assert [r["name"] for r in data["runs"]] == [f"u_unit_checks_s{k}" for k in range(3)] + [
         f"{method}_lr{lr}_s{k}"
         for lr in ("0.001", "0.03")
         for k in range(3)
         for method in ("baseline", "sigma")
+        if (method, lr) != ("sigma", "0.001")
     ]
     assert all(r["status"] in ("finished", "diverged") for r in data["runs"])
     assert sorted(p.name for p in (tmp_path / "figures").glob("*.png")) == [
@@ -237,7 +269,7 @@ class _Killed(BaseException):
 def test_smoke_unit_run_killed_mid_way_resumes_to_identical_metrics(tmp_path, monkeypatch):
     from dynascope.studies.sigma_reparam_entropy import runs as runs_module
 
-    preset = STUDY.preset("smoke").model_copy(update={"lrs": [1e-3], "seeds": 1})
+    preset = STUDY.preset("smoke").model_copy(update={"seeds": 1})
     study = STUDY.__class__(**{**STUDY.__dict__, "presets": {"smoke": lambda: preset}})
     whole = tmp_path / "whole"
     study.run(preset="smoke", out=whole)
@@ -252,7 +284,7 @@ def test_smoke_unit_run_killed_mid_way_resumes_to_identical_metrics(tmp_path, mo
     monkeypatch.setattr(runs_module._DriftStep, "__call__", dying)
     with pytest.raises(_Killed):
         study.run(preset="smoke", out=tmp_path / "killed")
-    assert load_run(tmp_path / "killed" / "runs" / "u_unit_checks").status == "running"
+    assert load_run(tmp_path / "killed" / "runs" / "u_unit_checks_s0").status == "running"
     monkeypatch.setattr(runs_module._DriftStep, "__call__", real)
     actions = {}
     study.run(
@@ -260,7 +292,7 @@ def test_smoke_unit_run_killed_mid_way_resumes_to_identical_metrics(tmp_path, mo
         out=tmp_path / "killed",
         on_run=lambda name, status, seconds, action: actions.__setitem__(name, action),
     )
-    assert actions["u_unit_checks"] == "resumed" and "restarted" not in actions.values()
+    assert actions["u_unit_checks_s0"] == "resumed" and "restarted" not in actions.values()
     for name in actions:
         a, b = load_run(whole / "runs" / name), load_run(tmp_path / "killed" / "runs" / name)
         assert a.scalars.equals(b.scalars), name

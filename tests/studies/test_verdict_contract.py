@@ -28,7 +28,6 @@ from dynascope.studies.base import PRESETS
 LEGACY_STUDIES = {
     "gradual-rank",
     "hyper-ut-pvr",
-    "sigma-reparam-entropy",
 }
 _SHARED = {"dynascope.studies.base", "dynascope.studies.verdict"}
 

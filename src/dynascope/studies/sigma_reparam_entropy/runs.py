@@ -17,10 +17,20 @@ from dynascope.studies.base import one_intra_op_thread
 from dynascope.studies.engine_runs import EngineRunConfig
 from dynascope.train import Parts, SeedStreams, StepContext, run_training
 
-__all__ = ["DIFF_KEY", "ERROR_KEY", "UnitCheckRun", "build_units", "vit_runner"]
+__all__ = [
+    "CONTROL_DIFF_KEY",
+    "CONTROL_ERROR_KEY",
+    "DIFF_KEY",
+    "ERROR_KEY",
+    "UnitCheckRun",
+    "build_units",
+    "vit_runner",
+]
 
 DIFF_KEY = "unit.max_abs_diff"  # max |SN(x) − Linear(x)| (evaluation: step 0 and the end)
+CONTROL_DIFF_KEY = "unit.max_abs_diff_gamma_one"  # the same with γ = 1 (u1's control)
 ERROR_KEY = "train.sigma_rel_err"  # |σ_running / ‖W‖₂ − 1| after each drift step
+CONTROL_ERROR_KEY = "train.sigma_rel_err_fresh_u"  # one iteration from a fresh u (u2's control)
 
 
 class UnitCheckRun(EngineRunConfig):
@@ -32,9 +42,19 @@ class UnitCheckRun(EngineRunConfig):
     drift_rel: float = Field(0.01, gt=0, description="drift std per step / std of W₀")
 
 
+def _fresh_sigma(W: Tensor, generator: torch.Generator) -> Tensor:
+    """σ of ``W`` [out, in] from one power iteration started at a fresh random u (no memory):
+    v = normalize(W u₀), u = normalize(Wᵀ v), σ = vᵀ W u (u2's control)."""
+    u = torch.randn(W.shape[1], generator=generator, dtype=W.dtype)
+    v = nn.functional.normalize(W @ u, dim=0)
+    u = nn.functional.normalize(W.T @ v, dim=0)
+    return v @ W @ u
+
+
 class _DriftStep:
     """Adds N(0, drift_std²) to every entry of W (the ``step`` stream), then one training
-    forward (one power iteration; σ written back); returns 0 and the σ error."""
+    forward (one power iteration; σ written back); returns 0, the σ error and the error of
+    the control σ (:func:`_fresh_sigma`, its u₀ drawn after the drift)."""
 
     def __init__(self, x: Tensor, drift_std: float) -> None:
         self.x, self.drift_std = x, drift_std
@@ -48,20 +68,34 @@ class _DriftStep:
         sigma = model.parametrizations.weight[0].sigma
         exact = torch.linalg.matrix_norm(W.detach().double(), 2)
         error = (sigma.double() / exact - 1).abs()
-        return torch.zeros((), dtype=W.dtype), {"sigma_rel_err": error}
+        fresh = _fresh_sigma(W.detach().double(), ctx.generator)
+        metrics = {"sigma_rel_err": error, "sigma_rel_err_fresh_u": (fresh / exact - 1).abs()}
+        return torch.zeros((), dtype=W.dtype), metrics
 
 
 def build_units(config: UnitCheckRun, streams: SeedStreams) -> Parts:
-    """A plain ``nn.Linear`` and its σReparam copy (same weights); x from stream ``x``."""
+    """A plain ``nn.Linear``, its σReparam copy (same weights, γ = σ₀) and, for u1's control,
+    a σReparam copy with γ = 1; x from stream ``x``."""
     plain = nn.Linear(config.d_in, config.d_out)
-    converted = nn.Linear(config.d_in, config.d_out)
+    converted, gamma_one = (
+        nn.Linear(config.d_in, config.d_out),
+        nn.Linear(config.d_in, config.d_out),
+    )
     converted.load_state_dict(plain.state_dict())
+    gamma_one.load_state_dict(plain.state_dict())
     register_sigma_reparam(converted, "weight")
+    register_sigma_reparam(gamma_one, "weight", gamma_init="one")
+    gamma_one.eval()
     x = torch.randn(config.batch, config.d_in, generator=streams.generator("x"))
     drift_std = config.drift_rel * float(plain.weight.detach().std())
 
     def evaluate(model: nn.Module) -> dict[str, float]:
-        return {DIFF_KEY: float((model(x.to(plain.weight)) - plain(x)).abs().max())}
+        with torch.no_grad():
+            out, reference = model(x.to(plain.weight)), plain(x)
+            return {
+                DIFF_KEY: float((out - reference).abs().max()),
+                CONTROL_DIFF_KEY: float((gamma_one(x) - reference).abs().max()),
+            }
 
     return Parts(model=converted, data={}, step=_DriftStep(x, drift_std), evaluate=evaluate)
 

@@ -16,8 +16,8 @@ from .runs import UnitCheckRun, build_units, vit_runner
 __all__ = ["CLAIM", "FAST_STEPS", "SOURCE", "STUDY", "SigmaReparamEntropyPreset", "build_runs"]
 
 CLAIM = (
-    "Without σReparam a ViT trained with Adam and no warmup collapses its attention entropy and "
-    "destabilizes at a high learning rate; with σReparam (LayerNorm removed) the entropy stays "
+    "Without σReparam a LayerNorm-free ViT trained with Adam and no warmup collapses its "
+    "attention entropy and destabilizes at a high learning rate; with σReparam the entropy stays "
     "high and the model trains at that learning rate."
 )
 SOURCE = (
@@ -27,14 +27,23 @@ SOURCE = (
 
 
 class SigmaReparamEntropyPreset(BaseModel):
-    """A preset: the unit checks, the baseline run config, the LR sweep and the seeds."""
+    """A preset: the unit checks, the baseline run config, the LR sweep and the seeds.
+
+    The baseline trains at every LR of ``lrs``; σReparam at every LR but the smallest (the
+    control LR, where no claim reads σReparam).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     units: UnitCheckRun = UnitCheckRun(loop=Loop(steps=50, log_every=1, checkpoint_every=25))
     base: RunConfig
-    lrs: list[float] = Field(min_length=1)
+    lrs: list[float] = Field(min_length=2, description="ascending; lrs[0] is the control LR")
     seeds: int = Field(3, ge=1, description="runs per (variant, LR), seeds seed + k")
+    baseline_ln: bool = Field(
+        False,
+        description="the baseline's pre-LN (True: S12's pre-LN ViT); default the LN-free ViT, the "
+        "paper's collapse-prone setting and σReparam's architecture less σReparam",
+    )
 
 
 def _vit_run(
@@ -58,7 +67,7 @@ def _vit_run(
                 "n_heads": n_heads,
                 "d_mlp": d_mlp,
                 "pooling": "mean",
-                "use_ln": True,
+                "use_ln": False,
             },
             "task": {"name": "digits", "patch_size": 2},
             "optimizer": {"name": "adam", "lr": 1e-3, "warmup_steps": 0},
@@ -92,7 +101,8 @@ FAST_STEPS = 150  # from measured CPU time only (docs/studies/sigma-reparam-entr
 
 
 def fast() -> SigmaReparamEntropyPreset:
-    """≤ 3 minutes on 2 CPU cores: S12's ViT, LRs {1e-3, 3e-2} × 3 seeds, FAST_STEPS steps."""
+    """≤ 3 minutes on 2 CPU cores: S12's ViT, LN-free baseline at LRs {1e-3, 3e-2} and
+    σReparam at 3e-2, × 3 seeds, FAST_STEPS steps."""
     return SigmaReparamEntropyPreset(
         base=_vit_run(n_layers=4, d_model=64, n_heads=4, d_mlp=256, steps=FAST_STEPS),
         lrs=[1e-3, 3e-2],
@@ -108,19 +118,27 @@ def paper() -> SigmaReparamEntropyPreset:
 
 
 def build_runs(preset: SigmaReparamEntropyPreset, seed: int = 0) -> list[RunSpec]:
-    """The unit checks, then per LR and seed the baseline and the σReparam run (same seed:
-    the same init). Names: ``u_unit_checks``, ``{baseline|sigma}_lr{lr:g}_s{k}``."""
-    units = preset.units.model_copy(update={"seed": preset.units.seed + seed})
-    specs = [RunSpec("u_unit_checks", units, engine_runner(build_units))]
+    """The unit checks per seed, then per LR and seed the baseline and (above the control LR)
+    the σReparam run (same seed: the same init). Names: ``u_unit_checks_s{k}``,
+    ``{baseline|sigma}_lr{lr:g}_s{k}``."""
+    specs = []
+    for k in range(preset.seeds):
+        units = preset.units.model_copy(update={"seed": preset.units.seed + seed + k})
+        specs.append(RunSpec(f"u_unit_checks_s{k}", units, engine_runner(build_units)))
     base = preset.base.model_dump(mode="json")
+    control_lr = min(preset.lrs)
     for lr in preset.lrs:
         for k in range(preset.seeds):
             for method in METHODS:
+                if method == "sigma" and lr == control_lr:
+                    continue
                 name = f"{method}_lr{lr:g}_s{k}"
                 overrides = [f"name={name}", f"seed={preset.base.seed + seed + k}"]
                 overrides.append(f"optimizer.lr={lr}")
                 if method == "sigma":
                     overrides += ["model.sigma_reparam=true", "model.use_ln=false"]
+                else:
+                    overrides.append(f"model.use_ln={str(preset.baseline_ln).lower()}")
                 specs.append(RunSpec(name, validate_config(base, overrides), vit_runner))
     return specs
 
