@@ -68,7 +68,13 @@ def test_conditional_score_with_sampled_labels_and_identity_fisher(tmp_path):
     cfg = FisherKernelRun(loop=loop(5), hidden=[6], n_scored=9, k=2, oversampling=7,
                           score="conditional", center=False, fisher="identity")  # fmt: skip
     run_members(build_fisher, cfg, tmp_path / "cond")
-    covered(load_run(tmp_path / "cond"), 2)
+    run = load_run(tmp_path / "cond")
+    covered(run, 2)
+    # with D = I the f1 diagnostic "without whitening" is f1 itself (two computations)
+    assert run.last("f1.energy_fraction_identity") == pytest.approx(
+        run.last("f1.energy_fraction"), rel=1e-10
+    )
+    assert 0 <= run.last("fisher.share_few_examples") <= 1
 
 
 def row(seed, f1=0.95, f2=0.999, nfk=0.97, pen=0.96, init_f1=0.5, acc=0.97):

@@ -23,6 +23,7 @@ from dynascope.studies.gradual_rank import (
     find_drops,
     plateaus,
     rescaled_time,
+    switched_on,
 )
 from dynascope.tasks import DiagonalAttentionTeacher
 from dynascope.train import Loop, SeedStreams
@@ -76,6 +77,15 @@ def test_active_counts_threshold_is_ten_alpha_from_the_initial_value():
     np.testing.assert_array_equal(active_counts(values, 1e-2), [0, 1, 2])
 
 
+def test_switched_on_counts_entries_past_half_their_final_change():
+    """Oracle by hand: entry 0 ends at Δ = 1 (on from 0.5), entry 1 at Δ = 0.2 (on from 0.1),
+    entry 2 ends at Δ = 5e-3 <= 10 α (never counted), whatever its path; Δ is read from row 0."""
+    delta = np.array([[0.0, 0.0, 0.0], [0.4, 0.12, 0.005], [0.6, 0.05, 0.0], [1.0, 0.2, 0.005]])
+    values = delta + np.array([0.001, -0.002, 0.0])
+    np.testing.assert_array_equal(switched_on(values, 1e-3), [0, 1, 1, 2])
+    np.testing.assert_array_equal(switched_on(values, 0.05), [0, 0, 1, 1])  # 10α = 0.5 > 0.2
+
+
 # -- analyze on hand-built stores -------------------------------------------------------------
 STAGES = (10.0, 20.0, 30.0)
 
@@ -83,16 +93,18 @@ STAGES = (10.0, 20.0, 30.0)
 def _toy_store(path, *, ov_second_with_first: bool = False, seed: int = 0):
     """A toy run whose traces are smooth steps in τ at ``STAGES`` for α = 1e-2 and 1e-3: loss
     falls 2 nats at each stage; entry k of qk and ov switches on at stage k (ov entry 1 with
-    entry 0 when ``ov_second_with_first``). α = 1e-1 learns smoothly: no stages."""
+    entry 0 when ``ov_second_with_first``). α = 1 (the control) learns smoothly: no stages."""
     loop = Loop(steps=6000, log_every=10, dtype="float64")
-    cfg = ToyRun(seed=seed, loop=loop, n_ctx=4, d_model=4, n_seq=4, alphas=[1e-1, 1e-2, 1e-3])
+    cfg = ToyRun(seed=seed, loop=loop, n_ctx=4, d_model=4, n_seq=4, alphas=[1.0, 1e-2, 1e-3])
     c = np.array([2.0, 1.0, 0.5, 0.0])
     with RunStore(path) as store:
         store.write_config(cfg.model_dump(mode="json"))
         for step in range(0, loop.steps + 1, loop.log_every):
-            tau = np.array([rescaled_time(np.array(step), cfg.lr, a) for a in cfg.alphas])
+            tau = np.array(
+                [cfg.lr * step] + [rescaled_time(np.array(step), cfg.lr, a) for a in (1e-2, 1e-3)]
+            )
             on = np.stack([_sigmoid((tau - t) / 0.2) for t in STAGES], axis=1)  # [α, 3]
-            on[0] = 1 - np.exp(-tau[0] / 20)  # α = 1e-1: every entry together, slowly
+            on[0] = 1 - np.exp(-tau[0] / 20)  # α = 1: every entry together, slowly
             loss = np.exp(-2 * on.sum(axis=1))
             qk = np.zeros((3, 4))
             qk[:, :3] = c[:3] * on
@@ -111,12 +123,13 @@ def _toys(path, **kwargs):
     return {f"toy_s{k}": _toy_store(path / f"toy_s{k}", seed=k, **kwargs) for k in range(3)}
 
 
-def _vit_store(path, srank_by_layer: list[list[float]]):
+def _vit_store(path, srank_by_layer: list[list[float]], seed: int = 0):
     steps = [0, 1, 2, 4, 8, 16, 32, 64, 128, 256]
     with RunStore(path) as store:
         store.write_config(
-            {"name": path.name, "model": {"name": "vit", "n_layers": 2, "d_model": 32,
-                                          "n_heads": 2, "d_head": None}}
+            {"name": path.name, "seed": seed, "model": {"name": "vit", "n_layers": 2,
+                                                        "d_model": 32, "n_heads": 2,
+                                                        "d_head": None}}
         )  # fmt: skip
         for k, step in enumerate(steps):
             row = {"val.accuracy": 0.9}
@@ -134,19 +147,26 @@ def test_analyze_on_hand_built_stores_gives_the_known_verdicts(tmp_path):
     rising = [1.0, 1.2, 1.5, 1.7, 2.0, 2.2, 2.5, 2.8, 3.0]  # ends at 3 <= d_head/4 = 4
     runs = {
         **_toys(tmp_path),
-        "vit_s0": _vit_store(tmp_path / "vit_s0", [rising, [r / 2 for r in rising]]),
+        **{
+            f"vit_s{k}": _vit_store(tmp_path / f"vit_s{k}", [rising, [r / 2 for r in rising]], k)
+            for k in range(3)
+        },
     }
     analysis = analyze(runs, tmp_path / "figures")
     by_name = {v.claim.split(":")[0]: v for v in analysis.verdicts}
     assert list(by_name) == CLAIMS
     assert by_name["t1"].measured == 4 and by_name["t1"].status == "held"  # 4 plateaus
-    assert by_name["t1"].control.measured == 1  # α = 1e-1: no drop, one plateau
-    assert by_name["t2"].measured == 1 and by_name["t2"].status == "held"  # 0 → 1 → 2 → 3
+    assert by_name["t1"].control.measured == 1  # α = 1: no drop, one plateau
+    assert by_name["t1"].control.status == "not held"
+    assert by_name["t2"].measured == 1 and by_name["t2"].status == "held"  # +1 at each drop
     assert by_name["t2"].control.measured == 3 and by_name["t2"].control.status == "not held"
     assert by_name["t3"].measured < 0.01 and by_name["t3"].status == "held"  # same τ stages
     assert by_name["t3"].control.measured == pytest.approx(1 / 3)  # 1 − log 1e2 / log 1e3
     assert by_name["v1-rise"].measured == pytest.approx(1.0) and by_name["v1-rise"].passed
+    assert by_name["v1-rise"].control.status == "not held"  # time order shuffled
     assert by_name["v1-end"].measured == pytest.approx(3.0 / 16) and by_name["v1-end"].passed
+    assert by_name["v1-end"].control.measured > 0.4  # isotropic 32 × 32: srank ≈ 32/4 = 8
+    assert list(by_name["v1-end"].seeds) == [0, 1, 2]
     assert all(p.is_file() for p in analysis.figures) and len(analysis.figures) == 4
 
 
@@ -154,10 +174,15 @@ def test_analyze_reports_a_double_switch_on_and_a_falling_rank_as_failures(tmp_p
     falling = [9.0, 8.5, 8.0, 7.5, 7.0, 6.5, 6.0, 5.5, 5.0]  # ρ = −1, ends at 5 > 4
     runs = {
         **_toys(tmp_path, ov_second_with_first=True),
-        "vit_s0": _vit_store(tmp_path / "vit_s0", [[1, 2, 3, 3, 3, 3, 3, 3, 3], falling]),
+        **{
+            f"vit_s{k}": _vit_store(
+                tmp_path / f"vit_s{k}", [[1, 2, 3, 3, 3, 3, 3, 3, 3], falling], k
+            )
+            for k in range(3)
+        },
     }
     by_name = {v.claim.split(":")[0]: v for v in analyze(runs, tmp_path / "f").verdicts}
-    assert by_name["t2"].measured == 2 and by_name["t2"].status == "not held"
+    assert by_name["t2"].measured == 2 and by_name["t2"].status == "not held"  # ov: +2 at once
     assert by_name["v1-rise"].measured == pytest.approx(-1.0) and not by_name["v1-rise"].passed
     assert by_name["v1-end"].measured == pytest.approx(5.0 / 16) and not by_name["v1-end"].passed
     assert by_name["t1"].passed and by_name["t3"].passed
@@ -192,9 +217,10 @@ def test_presets_validate_and_fast_matches_s10():
     for name in ("smoke", "fast", "paper"):
         specs = build_runs(STUDY.preset(name))
         assert [s.name for s in specs][:4] == ["toy_s0", "toy_s1", "toy_s2", "vit_s0"]
+    assert [s.name for s in build_runs(STUDY.preset("fast"))][3:] == ["vit_s0", "vit_s1", "vit_s2"]
     toy = STUDY.preset("fast").toy
     assert (toy.n_ctx, toy.d_model, toy.n_seq, toy.lr) == (8, 8, 256, 0.05)
-    assert toy.alphas == [1e-1, 1e-2, 1e-3] and toy.strengths == [2.0, 1.0, 0.5]
+    assert toy.alphas == [1.0, 1e-1, 1e-2, 1e-3] and toy.strengths == [2.0, 1.0, 0.5]
     assert toy.loop.steps <= 20_000 and toy.loop.dtype == "float64"
     vit = STUDY.preset("fast").vit
     assert (vit.model.name, vit.model.n_layers, vit.model.d_model, vit.model.n_heads) == (
@@ -206,8 +232,8 @@ def test_presets_validate_and_fast_matches_s10():
         "vit_s0", "vit_s1", "vit_s2"
     ]  # fmt: skip
     assert [s.config.seed for s in build_runs(STUDY.preset("fast"), seed=3)][:3] == [3, 4, 5]
-    with pytest.raises(ValueError, match=r"alphas must be non-empty, each in \(0, 1\)"):
-        ToyRun(loop=Loop(steps=1), alphas=[1.0])
+    with pytest.raises(ValueError, match=r"alphas must be non-empty, each in \(0, 1\]"):
+        ToyRun(loop=Loop(steps=1), alphas=[1.5])
 
 
 def test_smoke_preset_end_to_end(tmp_path):

@@ -26,7 +26,6 @@ from dynascope.studies.base import PRESETS
 # Studies whose analysis still builds legacy verdicts. Shrink this list as studies are ported
 # (issue 18, part B); never add to it.
 LEGACY_STUDIES = {
-    "gradual-rank",
     "hyper-ut-pvr",
 }
 _SHARED = {"dynascope.studies.base", "dynascope.studies.verdict"}

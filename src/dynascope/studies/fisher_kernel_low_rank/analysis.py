@@ -13,7 +13,7 @@ from dynascope.studies.base import Analysis
 from dynascope.studies.verdict import Control, Precondition, Verdict, judge
 
 from .figures import figures
-from .runs import FisherKernelRun
+from .runs import FEW_EXAMPLES, FisherKernelRun
 
 __all__ = ["F1_ENERGY", "F2_ENERGY", "F3_MARGIN", "analyze", "measure_run", "verdicts_from_rows"]
 
@@ -25,7 +25,8 @@ VERDICT_K = 32
 NAN = float("nan")
 _KEYS = ("f1.energy_fraction", "f2.captured_energy", "control.random_energy",
          "probe.nfk.accuracy", "probe.nfk_shuffled.accuracy", "probe.penultimate.accuracy",
-         "test.accuracy", "fisher.share_rare", "nystrom.max_error")  # fmt: skip
+         "test.accuracy", "fisher.share_rare", "fisher.share_few_examples",
+         "f1.energy_fraction_identity", "nystrom.max_error")  # fmt: skip
 
 
 def _at(run: Run, key: str, first: bool) -> float:
@@ -67,7 +68,12 @@ def verdicts_from_rows(rows: list[dict]) -> list[Verdict]:
         float(min(acc)) if acc else NAN,
     )
     k = gated[0]["k"] if gated else VERDICT_K
-    share = np.nanmean([r["fisher.share_rare"] for r in gated]) if gated else NAN
+
+    def mean(key: str) -> float:
+        values = [r.get(key, NAN) for r in gated]
+        return float(np.nanmean(values)) if not np.isnan(values).all() else NAN
+
+    identity = ", ".join(f"{r.get('f1.energy_fraction_identity', NAN):.3f}" for r in gated)
     return [
         judge(
             claim=f"f1: the trained NFK is low-rank: its top k={k} eigenvalues hold >= "
@@ -82,7 +88,11 @@ def verdicts_from_rows(rows: list[dict]) -> list[Verdict]:
                 "the same fraction for the untrained classifier (step 0)",
                 per_seed=per("init.f1.energy_fraction"),
             ),  # fmt: skip
-            detail=f"share of parameters with D_jj < 1e-3 mean(D): {share:.3f}",
+            detail=f"diagnostics, not gated (seed means): share of parameters with D_jj < "
+            f"1e-3 mean(D) {mean('fisher.share_rare'):.3f}; share whose score is non-zero on "
+            f"1..{FEW_EXAMPLES} of the scored examples {mean('fisher.share_few_examples'):.3f}; "
+            f"the same top-k fraction without the Fisher whitening (D = I, the centred "
+            f"gradient kernel) per seed: {identity}",
         ),
         judge(
             claim="f2: the matrix-free randomized SVD captures the exact top-k energy",

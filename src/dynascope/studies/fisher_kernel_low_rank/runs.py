@@ -18,6 +18,7 @@ from dynascope.nn.fcn import FCN
 from dynascope.probes.fisher import (
     conditional_score,
     diagonal_fisher,
+    fisher_scores,
     jem_score,
     mean_score_gradient,
     nfk_embedding,
@@ -29,7 +30,9 @@ from dynascope.studies.engine_runs import EngineRunConfig
 from dynascope.tasks.digits import Digits
 from dynascope.train import Parts, SeedStreams
 
-__all__ = ["FisherKernelRun", "build_fisher", "measure_nfk", "probe_accuracy"]
+__all__ = ["FEW_EXAMPLES", "FisherKernelRun", "build_fisher", "measure_nfk", "probe_accuracy"]
+
+FEW_EXAMPLES = 10  # diagnostic: a parameter whose score is non-zero on <= 10 scored examples
 
 
 class FisherKernelRun(EngineRunConfig):
@@ -140,6 +143,14 @@ def measure_nfk(config: FisherKernelRun, model: torch.nn.Module, data: dict, see
     del phi
     evals, evecs = torch.linalg.eigh(K)
     evals, evecs = evals.flip(0), evecs.flip(1)
+    # f1 diagnostics (reported, not gated): how many scored examples each parameter's score
+    # is non-zero on, and the same top-k fraction without the Fisher whitening (D = I)
+    J = fisher_scores(score, params, s_in, center=False, chunk_size=cs)  # [N, P], raw
+    n_on = (J != 0).sum(0)
+    share_few = float(((n_on >= 1) & (n_on <= FEW_EXAMPLES)).double().mean())
+    U = J - g_bar if config.center else J
+    evals_id = torch.linalg.eigvalsh(U @ U.mT).flip(0)
+    del J, U
     emb = nfk_embedding(score, params, s_in, config.k, oversampling=config.oversampling,
                         power_iters=config.power_iters, generator=g, **kw)  # fmt: skip
     k = config.k
@@ -165,6 +176,8 @@ def measure_nfk(config: FisherKernelRun, model: torch.nn.Module, data: dict, see
         "test.accuracy": (model(xt).argmax(-1).cpu() == yt).double().mean(),
         "nystrom.max_error": (again - emb.embedding).abs().max() / emb.embedding.abs().max(),
         "fisher.share_rare": float((D < 1e-3 * D.mean()).double().mean()) if D is not None else 0.0,
+        "fisher.share_few_examples": share_few,
+        "f1.energy_fraction_identity": evals_id[: config.k].sum() / evals_id.sum(),
         "n_params": float(sum(p.numel() for p in params.values())),
     }  # fmt: skip
 

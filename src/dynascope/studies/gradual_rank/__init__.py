@@ -11,6 +11,7 @@ from .analysis import (
     plateaus,
     rescaled_time,
     switch_on_index,
+    switched_on,
 )
 from .runs import ToyRun, build_toy
 from .study import STUDY, VIT_FAST_STEPS, GradualRankPreset, build_runs
@@ -28,4 +29,5 @@ __all__ = [
     "plateaus",
     "rescaled_time",
     "switch_on_index",
+    "switched_on",
 ]

@@ -32,7 +32,7 @@ def toy_figures(cfg, alphas, tr, per_alpha, figures: Path, active_factor: float)
         ax2.step(tau, info["counts"]["ov"], where="post", color=line.get_color(), ls="--")
     tau_max = max(per_alpha[min(alphas)]["tau"][-1], 1e-9)
     ax1.set(
-        xlabel="τ = η t / log(1/α)",
+        xlabel="τ = η t / log(1/α)  (α = 1: η t)",
         ylabel="MSE",
         xlim=(0, tau_max),
         title="loss (dotted: drop centres; shaded: drops at min α)",

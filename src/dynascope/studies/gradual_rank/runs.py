@@ -29,14 +29,17 @@ class ToyRun(EngineRunConfig):
     n_seq: int = Field(256, ge=1, description="sequences N (one full batch)")
     strengths: list[float] = Field(default_factory=lambda: [2.0, 1.0, 0.5])
     scale: float = Field(1.0, gt=0, description="score multiplier (1: no temperature)")
-    alphas: list[float] = Field(default_factory=lambda: [1e-1, 1e-2, 1e-3])
+    alphas: list[float] = Field(
+        default_factory=lambda: [1.0, 1e-1, 1e-2, 1e-3],
+        description="init scales in (0, 1]; α = 1 (θ(0) = θ0) is t1's large-init control",
+    )
     lr: float = Field(0.05, gt=0, description="GD step η")
 
     @field_validator("alphas")
     @classmethod
     def _alphas_in_unit_interval(cls, alphas: list[float]) -> list[float]:
-        if not alphas or not all(0 < a < 1 for a in alphas):
-            raise ValueError(f"alphas must be non-empty, each in (0, 1) (got {alphas})")
+        if not alphas or not all(0 < a <= 1 for a in alphas):
+            raise ValueError(f"alphas must be non-empty, each in (0, 1] (got {alphas})")
         if len(set(alphas)) != len(alphas):
             raise ValueError(f"alphas must be distinct (got {alphas})")
         return alphas
