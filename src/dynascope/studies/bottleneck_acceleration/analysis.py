@@ -140,8 +140,8 @@ def verdicts_from_rows(rows: list[dict]) -> list[Verdict]:
         f"{move_pre.text}, and the all-wide nets are near their lazy infinite-width limit, where "
         f"the n^-1/2 law applies: at the widest all-wide width, train MSE at the last step "
         f"within a factor {B3_LAZY:g} of the analytic-NTK kernel GD's at that step in every seed "
-        "(measured: the ratio furthest from 1, per seed "
-        + ", ".join(f"{v:.3g}" for v in near) + ")",
+        "(MSE / the limit's per seed: " + ", ".join(f"{v:.3g}" for v in near)
+        + "; measured: the factor furthest from 1)",
         bool(move_pre.met and near and len(near) == len(seeds)
              and worst_lazy <= math.log(B3_LAZY) + 1e-12),
         float(math.exp(worst_lazy)) if near else NAN,
