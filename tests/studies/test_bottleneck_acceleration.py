@@ -17,10 +17,12 @@ from dynascope.store import load_run
 from dynascope.studies.bottleneck_acceleration import (
     STUDY,
     BottleneckRun,
+    add_lazy_ratios,
     build_bottleneck,
     build_runs,
     make_data,
     make_net,
+    measure_run,
     verdicts_from_rows,
 )
 from dynascope.studies.bottleneck_acceleration import runs as runs_module
@@ -108,16 +110,17 @@ def test_net_run_logs_every_step_and_its_instruments(tmp_path):
     assert 0 < run.last("stability.eta_lambda_over_N") < 2
 
 
-def row(net, n, seed, steps=math.nan, budget=4001.0, movement=1.0, d=4):
+def row(net, n, seed, steps=math.nan, budget=4001.0, movement=1.0, d=4, lazy_ratio=math.nan):
     reached = steps
     return {"run": f"{net}_{n}_{seed}", "net": net, "n": n, "d": d, "seed": seed,
             "status": "finished", "steps_to_target": reached,
             "steps_or_budget": budget if math.isnan(reached) else reached,
             "final mse": 1e-4, "movement": movement, "ntk change": 0.1,
-            "(lr/N) λ_max(Θ0)": 0.2}  # fmt: skip
+            "(lr/N) λ_max(Θ0)": 0.2, "MSE / limit's": lazy_ratio}  # fmt: skip
 
 
-def rows(b_steps=(2000, 2400, 2800), lazy_steps=(math.nan,) * 3, wide_move=(0.4, 0.2, 0.1)):
+def rows(b_steps=(2000, 2400, 2800), lazy_steps=(math.nan,) * 3, wide_move=(0.4, 0.2, 0.1),
+         wide_vs_limit=(0.9, 0.9, 0.9)):  # fmt: skip
     out = []
     for s in range(3):
         out.append(row("kernel", 256, s, steps=6000.0, budget=8001.0))
@@ -125,7 +128,7 @@ def rows(b_steps=(2000, 2400, 2800), lazy_steps=(math.nan,) * 3, wide_move=(0.4,
             out.append(row("bottleneck", n, s, steps=float(st), movement=0.7 + 0.01 * n / 128))
             out.append(row("bottleneck_lazy", n, s, steps=lz))
         for n, m in zip((64, 128, 256), wide_move):
-            out.append(row("wide", n, s, movement=m, budget=2001.0))
+            out.append(row("wide", n, s, movement=m, budget=2001.0, lazy_ratio=wide_vs_limit[s]))
     return out
 
 
@@ -147,6 +150,32 @@ def test_a_lazy_twin_as_fast_makes_b1_inconclusive_and_a_slow_bottleneck_fails_i
     assert slow["b1"].status == "not held" and slow["b1"].measured == pytest.approx(4001 / 6000)
     flat = {x.claim.split(":")[0]: x for x in verdicts_from_rows(rows(wide_move=(0.3,) * 3))}
     assert flat["b3"].status == "not held" and flat["b3"].measured == pytest.approx(0.0, abs=1e-12)
+
+
+def test_b3_is_inconclusive_unless_the_widest_all_wide_net_is_near_its_limit():
+    """Within a factor 2 of the kernel GD's MSE either way passes (0.5 and 2 included); a net
+    2.1x faster or slower than its limit, in one seed, makes b3 inconclusive."""
+    for ratios, status in (((0.5, 1.0, 2.0), "held"), ((1.0, 1 / 2.1, 1.0), "inconclusive"),
+                           ((1.0, 1.0, 2.1), "inconclusive")):  # fmt: skip
+        b3 = verdicts_from_rows(rows(wide_vs_limit=ratios))[2]
+        assert b3.status == status, (ratios, b3.reason)
+        assert b3.precondition.measured == pytest.approx(max(max(ratios), 1 / min(ratios)))
+
+
+def test_lazy_ratio_reads_both_runs_at_the_all_wide_nets_last_step(tmp_path):
+    """add_lazy_ratios: the all-wide run's train.mse at its last step over the kernel run's at
+    the same step (the kernel run is longer), from the stored runs."""
+    c = cfg(net="kernel", n_train=12, n_kernel=4)
+    run_members(build_bottleneck, c, tmp_path / "kernel")
+    w = cfg(net="wide", width=8, n_train=12, n_kernel=4, log_points=3, power_iters=3)
+    w = w.model_copy(update={"loop": Loop(steps=7, log_every=1, dtype="float64")})
+    run_members(build_bottleneck, w, tmp_path / "wide")
+    runs = {"kernel": load_run(tmp_path / "kernel"), "wide": load_run(tmp_path / "wide")}
+    got = [measure_run(name, run) for name, run in runs.items()]
+    add_lazy_ratios(got, runs)
+    expected = runs["wide"].scalar("train.mse").loc[7] / runs["kernel"].scalar("train.mse").loc[7]
+    assert got[1]["MSE / limit's"] == pytest.approx(expected, rel=1e-12)
+    assert math.isnan(got[0]["MSE / limit's"])
 
 
 def test_presets_build_the_planned_runs():

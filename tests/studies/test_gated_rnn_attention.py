@@ -14,7 +14,13 @@ import torch
 from dynascope import studies
 from dynascope.store import RunStore, load_run
 from dynascope.studies.gated_rnn_attention import STUDY, ICLRun, build_runs
-from dynascope.studies.gated_rnn_attention.analysis import G2_NMSE, G3_NMSE_CHANGE, _icl, _teacher
+from dynascope.studies.gated_rnn_attention.analysis import (
+    G2_NMSE,
+    G3_NMSE_CHANGE,
+    _icl,
+    _teacher,
+    ratio_standard_error,
+)
 from dynascope.studies.gated_rnn_attention.runs import nu_learning_rate
 from dynascope.train import Loop
 
@@ -178,7 +184,28 @@ def test_icl_verdicts_and_agreement_on_known_values(tmp_path):
     assert row["gap_vs_lsa"] == pytest.approx(0.01)  # (0.1 ref)² / ref²
     assert row["grad_cos_vs_gd"] == pytest.approx(-1.0)
     assert math.isnan(row["probe.r2_mean"])  # not logged: NaN, not a crash
+    assert "standard error" in gd.detail  # eval-set noise of the ratio (NaN here: no eval.y)
     # a reference that predicts no better than 0 cannot support the claim: inconclusive
     by_seed[0]["lsa"] = _icl_run(tmp_path / "l_bad", "lsa", 0, ref, grad, 1.0, y_power=1.5)
     (lsa, _), _ = _icl(by_seed)
     assert lsa.status == "inconclusive"
+
+
+def test_ratio_standard_error_matches_the_spread_over_fresh_eval_sets():
+    """Oracle: the standard deviation of the MSE ratio over 4000 independent eval sets of 500
+    sequences (the model's errors correlated with the reference's, as for two predictors of one
+    target); the delta-method standard error of one set agrees within 10 %."""
+    rng = np.random.default_rng(0)
+    n, sets = 500, 4000
+    ref_err = rng.normal(0.0, 1.0, (sets, n))
+    model_err = 0.9 * ref_err + rng.normal(0.0, 0.5, (sets, n))
+    y = rng.normal(0.0, 1.0, (sets, n))
+    ratios = (model_err**2).mean(1) / (ref_err**2).mean(1)
+    errors = [ratio_standard_error(y[i] + model_err[i], y[i] + ref_err[i], y[i])
+              for i in range(200)]  # fmt: skip
+    assert np.mean(errors) == pytest.approx(np.std(ratios, ddof=1), rel=0.1)
+    # identical predictors: the ratio is exactly 1 on every set
+    assert ratio_standard_error(y[0] + ref_err[0], y[0] + ref_err[0], y[0]) == pytest.approx(
+        0.0, abs=1e-12
+    )
+    assert math.isnan(ratio_standard_error(np.ones(1), np.zeros(1), np.zeros(1)))

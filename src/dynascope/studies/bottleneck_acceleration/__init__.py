@@ -2,7 +2,7 @@
 features and trains faster than the all-wide limit (notes:
 docs/studies/bottleneck-acceleration.md)."""
 
-from .analysis import analyze, measure_run, verdicts_from_rows
+from .analysis import add_lazy_ratios, analyze, measure_run, verdicts_from_rows
 from .runs import BottleneckRun, KernelGD, build_bottleneck, make_data, make_net
 from .study import STUDY, BottleneckPreset, build_runs
 
@@ -11,6 +11,7 @@ __all__ = [
     "BottleneckPreset",
     "BottleneckRun",
     "KernelGD",
+    "add_lazy_ratios",
     "analyze",
     "build_bottleneck",
     "build_runs",

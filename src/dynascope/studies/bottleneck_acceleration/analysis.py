@@ -17,12 +17,22 @@ from dynascope.studies.verdict import Control, Precondition, Verdict, judge
 from .figures import figures
 from .runs import BottleneckRun
 
-__all__ = ["B1_RATIO", "B2_SPREAD", "B3_SLOPE", "analyze", "measure_run", "verdicts_from_rows"]
+__all__ = [
+    "B1_RATIO",
+    "B2_SPREAD",
+    "B3_LAZY",
+    "B3_SLOPE",
+    "add_lazy_ratios",
+    "analyze",
+    "measure_run",
+    "verdicts_from_rows",
+]
 
 B1_RATIO = 0.5  # S16: the bottleneck needs at most half the steps
 B2_SPREAD = 1.5  # S16: codes move Theta(1): max / min over widths
 B2_FLOOR = 0.1  # and every width moves by >= 0.1 (else the spread is inf)
 B3_SLOPE = -0.4  # S16: all-wide movement ~ n^-1/2 (theory -0.5)
+B3_LAZY = 2.0  # precondition: the widest all-wide net's MSE within this factor of its limit's
 VERDICT_D = 4
 NAN = float("nan")
 
@@ -51,7 +61,28 @@ def measure_run(name: str, run: Run) -> dict[str, Any]:
         "movement": last_or_nan(run, "movement") if run.status == "finished" else NAN,
         "ntk change": last_or_nan(run, "ntk.relative_change"),
         "(lr/N) λ_max(Θ0)": last_or_nan(run, "stability.eta_lambda_over_N"),
+        "MSE / limit's": NAN,  # all-wide nets: set by analyze (laziness, b3's precondition)
     }  # fmt: skip
+
+
+def _mse_at(run: Run, step: int) -> float:
+    """``train.mse`` at ``step`` (NaN where not logged)."""
+    try:
+        mse = run.scalar("train.mse")
+    except KeyError:
+        return NAN
+    return float(mse.loc[step]) if step in mse.index else NAN
+
+
+def add_lazy_ratios(rows: list[dict], runs: dict[str, Run]) -> None:
+    """Each all-wide row's ``MSE / limit's``: its train MSE at its last step over the analytic-NTK
+    kernel GD's (same seed) at that step; ~1 for a lazy net, < 1 for one that learns features
+    and trains faster than its infinite-width limit."""
+    kernels = {r["seed"]: runs[r["run"]] for r in rows if r["net"] == "kernel"}
+    for r in rows:
+        if r["net"] == "wide" and r["seed"] in kernels and r["status"] == "finished":
+            steps = BottleneckRun.model_validate(runs[r["run"]].config).loop.steps
+            r["MSE / limit's"] = _mse_at(runs[r["run"]], steps) / _mse_at(kernels[r["seed"]], steps)
 
 
 def _select(rows: list[dict], net: str) -> dict[int, dict[int, dict]]:
@@ -103,6 +134,18 @@ def verdicts_from_rows(rows: list[dict]) -> list[Verdict]:
         "every net run finished (movement is read at the end)",
         all(r["status"] == "finished" for r in rows if r["net"] in ("wide", "bottleneck")),
     )
+    near = [wide[s][max(wide[s])]["MSE / limit's"] for s in seeds if wide.get(s)]
+    worst_lazy = max((abs(math.log(v)) if v > 0 else math.inf for v in near), default=NAN)
+    b3_pre = Precondition(
+        f"{move_pre.text}, and the all-wide nets are near their lazy infinite-width limit, where "
+        f"the n^-1/2 law applies: at the widest all-wide width, train MSE at the last step "
+        f"within a factor {B3_LAZY:g} of the analytic-NTK kernel GD's at that step in every seed "
+        "(MSE / the limit's per seed: " + ", ".join(f"{v:.3g}" for v in near)
+        + "; measured: the factor furthest from 1)",
+        bool(move_pre.met and near and len(near) == len(seeds)
+             and worst_lazy <= math.log(B3_LAZY) + 1e-12),
+        float(math.exp(worst_lazy)) if near else NAN,
+    )  # fmt: skip
     steps_note = "; ".join(
         f"seed {s}: kernel GD {kernel[s]['steps_to_target']:g}, bottleneck "
         + ", ".join(f"n={n}: {r['steps_or_budget']:g}" for n, r in sorted(bott.get(s, {}).items()))
@@ -144,7 +187,7 @@ def verdicts_from_rows(rows: list[dict]) -> list[Verdict]:
             per_seed={s: _slope(wide.get(s, {}), "movement") for s in seeds},
             threshold=B3_SLOPE,
             direction="<=",
-            precondition=move_pre,
+            precondition=b3_pre,
             control=Control(
                 "the same slope for the bottleneck codes Z",
                 per_seed={s: _slope(bott.get(s, {}), "movement") for s in seeds},
@@ -156,5 +199,6 @@ def verdicts_from_rows(rows: list[dict]) -> list[Verdict]:
 def analyze(runs: dict[str, Run], out: Path) -> Analysis:
     """Verdicts b1-b3; loss curves and movement-vs-width figures."""
     rows = [measure_run(name, run) for name, run in sorted(runs.items())]
+    add_lazy_ratios(rows, runs)
     rows.sort(key=lambda r: (r["net"], r["d"], r["n"], r["seed"]))
     return Analysis(verdicts_from_rows(rows), figures(rows, runs, out), {"runs": rows})

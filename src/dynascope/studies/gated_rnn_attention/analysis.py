@@ -15,7 +15,7 @@ from dynascope.studies.verdict import Control, Precondition, judge
 
 from .figures import draw_figures, last, mean, tensor
 
-__all__ = ["analyze"]
+__all__ = ["analyze", "ratio_standard_error"]
 
 # Frozen thresholds (notes page).
 G1_F64_ABS = 1e-6
@@ -182,6 +182,26 @@ def _cos(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.mean((a * b).sum(-1) / np.maximum(na * nb, 1e-12)))
 
 
+def ratio_standard_error(pred: np.ndarray, ref: np.ndarray, y: np.ndarray) -> float:
+    """Standard error, over the eval sequences, of ``mean((pred − y)²) / mean((ref − y)²)``
+    (delta method on the paired per-sequence squared errors; one seed's trained models fixed).
+
+    Args:
+        pred, ref, y: ``[n_eval]`` predictions of the model and the reference, and the targets.
+    Returns:
+        ``sqrt(var(a / b̄ − R b / b̄) / n)`` with ``a``, ``b`` the squared errors and ``R =
+        ā / b̄``; NaN for fewer than two sequences.
+    References:
+        The delta method for a ratio of means, e.g. Wasserman, "All of Statistics" (2004),
+        Theorem 5.15.
+    """
+    a, b = (pred - y) ** 2, (ref - y) ** 2
+    if len(a) < 2:
+        return math.nan
+    ratio = a.mean() / b.mean()
+    return float(np.sqrt(np.var(a / b.mean() - ratio * b / b.mean(), ddof=1) / len(a)))
+
+
 def _icl(by_seed: dict[int, dict[str, Run]]) -> tuple[list[Verdict], list[dict]]:
     models = sorted({m for runs in by_seed.values() for m in runs})
     seeds = sorted(by_seed)
@@ -212,10 +232,14 @@ def _icl(by_seed: dict[int, dict[str, Run]]) -> tuple[list[Verdict], list[dict]]
     all_runs = [r for runs in by_seed.values() for r in runs.values()]
     verdicts = []
     for ref, name in (("lsa", "trained linear attention"), ("gd", "one GD step with η*")):
-        per_seed, control, fits = {}, {}, []
+        per_seed, control, fits, errors = {}, {}, [], []
         for s in seeds:
             grnn, other = by_seed[s].get("grnn"), by_seed[s].get(ref)
             per_seed[s] = _ratio(last(grnn, "eval.mse"), last(other, "eval.mse"))
+            p, q, y = (tensor(r, k) for r, k in ((grnn, "eval.pred"), (other, "eval.pred"),
+                                                  (grnn, "eval.y")))  # fmt: skip
+            ok = p is not None and q is not None and y is not None
+            errors.append(ratio_standard_error(p, q, y) if ok else math.nan)
             control[s] = _ratio(_first(grnn, "eval.mse"), last(other, "eval.mse"))
             fits.append(_ratio(last(other, "eval.mse"), last(other, "eval.y_power")))
         worst_fit = max(fits) if fits and all(map(math.isfinite, fits)) else math.nan
@@ -228,6 +252,10 @@ def _icl(by_seed: dict[int, dict[str, Run]]) -> tuple[list[Verdict], list[dict]]
                 f"{G4_REFERENCE_FIT:g} × the zero predictor's MSE in every seed (worst measured)",
                 met=_finished(all_runs) and worst_fit <= G4_REFERENCE_FIT, measured=worst_fit),
             control=Control("the gated RNN untrained (step 0)", per_seed=control),
+            detail="standard error of each seed's ratio over its eval sequences (delta method): "
+            + ", ".join(f"{e:.2g}" for e in errors) + "; over seeds, the standard error of the "
+            f"mean: {np.std(list(per_seed.values()), ddof=1) / math.sqrt(len(seeds)):.2g}"
+            if len(seeds) > 1 else "",
         ))  # fmt: skip
     return verdicts, rows
 

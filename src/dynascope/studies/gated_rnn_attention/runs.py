@@ -282,9 +282,9 @@ def predictor(model: nn.Module) -> Callable[[Tensor], Tensor]:
 
 class ICLProbe:
     """On the eval set: ``eval.mse``, ``eval.y_power`` (``mean(y_q²)``, the zero predictor's
-    MSE), ``eval.pred`` ``[n_eval]``, ``eval.grad`` ``[n_grad, d_x]`` (∂ŷ/∂x_q); ``gd.eta`` for
-    GD; for the GRNN also the λ statistics, ``eval.mse_pruned`` and ``probe.r2`` ``[d_x]``
-    (linear probe from the query's state to Σ_i y_i x_i) and its weights."""
+    MSE), ``eval.pred`` and ``eval.y`` ``[n_eval]``, ``eval.grad`` ``[n_grad, d_x]``
+    (∂ŷ/∂x_q); ``gd.eta`` for GD; for the GRNN also the λ statistics, ``eval.mse_pruned`` and
+    ``probe.r2`` ``[d_x]`` (linear probe from the query's state to Σ_i y_i x_i) and its weights."""
 
     def __init__(self, config: ICLRun, batch: dict[str, Tensor]) -> None:
         self.config, self.batch = config, batch
@@ -299,6 +299,7 @@ class ICLProbe:
             "eval.mse": F.mse_loss(pred, y),
             "eval.y_power": (y**2).mean(),
             "eval.pred": pred.cpu(),
+            "eval.y": y.cpu(),
             "eval.grad": query_gradient(predict, x[: self.config.n_grad]).cpu(),
         }
         if isinstance(model, GDStep):
