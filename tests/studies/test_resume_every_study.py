@@ -23,7 +23,6 @@ CHILD = Path(__file__).with_name("_kill_child.py")
 NOT_YET_ON_ENGINE = {
     "hyper-ut-pvr",
     "permuted-initialisations",
-    "randomized-algorithms",
 }
 
 
