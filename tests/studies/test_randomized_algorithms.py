@@ -229,15 +229,18 @@ def test_colouring_and_grid_world_runners_finish_on_tiny_configs(tmp_path):
     assert run.tensors("eval.per_treasure_return")[1][-1].shape == (8,)
 
 
-def test_fast_has_the_colouring_arm_and_the_opt_in_and_paper_presets_build_their_runs():
+def test_fast_trains_each_arm_as_one_ensemble_and_the_opt_in_and_paper_presets_build():
     fast = STUDY.preset("fast")
     specs = build_runs(fast)
-    names = [s.name for s in specs]
-    assert names[9:] == ["colour_n8_q1_s0", "colour_n8_q10_s0"] and len(names) == 11
-    assert [s.group for s in specs[:3]] == ["recall_erm_random"] * 3  # seeds as one ensemble
-    assert fast.colouring.eval_all_cycles and fast.colouring.eval_seeds == 30
+    assert [s.name for s in specs[:3]] == [f"recall_erm_random_s{k}" for k in range(3)]
+    assert len(specs) == 9 and {s.group for s in specs} == {
+        "recall_erm_random",
+        "recall_lq_random",
+        "recall_lq_fixed",
+    }
+    assert [s.config.seed for s in build_runs(fast, 1000)[:3]] == [100_000, 100_001, 100_002]
+    assert fast.recall.d_head < fast.recall.n_keys  # the capacity limit the claims need
     names = [s.name for s in build_runs(fast_with_colouring())]
-    assert names[:4:3] == ["recall_erm_random_s0", "recall_lq_random_s0"]
     assert names[9:] == ["colour_n10_q1_s0", "colour_n10_q3_s0", "colour_n10_q10_s0"]
     paper = [s.name for s in build_runs(STUDY.preset("paper"))]
     assert "grid_s4" in paper and "sweep_N20_q100_s4" in paper and "msweep_m16_s0" in paper
