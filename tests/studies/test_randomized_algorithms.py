@@ -11,19 +11,20 @@ import pytest
 import torch
 
 from dynascope.store import RunStore, load_run
-from dynascope.studies._grid_world_run import run_grid_world
-from dynascope.studies._randomized_runs import run_colouring
+from dynascope.studies.engine_runs import run_members
 from dynascope.studies.randomized_algorithms import (
     STUDY,
-    ColouringRunConfig,
-    GridWorldRunConfig,
-    _main_table,
-    _verdicts,
+    ColouringRun,
+    GridWorldRun,
     analyze,
+    build_colouring,
+    build_grid_world,
     build_runs,
     fast_with_colouring,
     recall_loss_max,
 )
+from dynascope.studies.randomized_algorithms.analysis import _main_table, _verdicts
+from dynascope.train import Loop
 
 
 def _planted(tmp_path, values: dict[str, dict[str, float]], train_loss: float = 1.0):
@@ -193,51 +194,54 @@ def test_colouring_tables_average_replicates_and_give_the_trend(tmp_path):
 
 
 def test_colouring_and_grid_world_runners_finish_on_tiny_configs(tmp_path):
-    cfg = ColouringRunConfig(
+    cfg = ColouringRun(
         n_vertices=5,
         d_model=8,
-        key_size=4,
+        d_head=4,
         d_mlp=8,
         m_seeds=2,
         batch_size=8,
-        steps=5,
-        warmup_steps=1,
         eval_seeds=3,
         q=10.0,
+        loop=Loop(steps=5),
     )
-    run_colouring(cfg, tmp_path / "c")
+    run_members(build_colouring, cfg, tmp_path / "c")
     run = load_run(tmp_path / "c")
     assert run.status == "finished"
     assert run.tensors("eval.per_input_success")[1][-1].shape == (12,)  # all (5-1)!/2 cycles
-    grid = GridWorldRunConfig(
+    grid = GridWorldRun(
         size=3,
         steps_per_episode=3,
         d_seed=2,
         m_seeds=2,
         d_model=8,
         n_heads=2,
-        key_size=4,
+        d_head=4,
         d_mlp=8,
         n_layers=1,
         population=4,
-        generations=2,
         eval_seeds=2,
-        log_every=1,
+        loop=Loop(steps=2, log_every=1),
     )
-    run_grid_world(grid, tmp_path / "g")
+    run_members(build_grid_world, grid, tmp_path / "g")
     run = load_run(tmp_path / "g")
     assert run.status == "finished"
     assert run.tensors("eval.per_treasure_return")[1][-1].shape == (8,)
 
 
-def test_fast_has_the_colouring_arm_and_the_opt_in_and_paper_presets_build_their_runs():
+def test_fast_trains_each_arm_as_one_ensemble_and_the_opt_in_and_paper_presets_build():
     fast = STUDY.preset("fast")
-    names = [s.name for s in build_runs(fast)]
-    assert names[3:5] == ["colour_n8_q1_s0", "colour_n8_q10_s0"] and len(names) == 11
-    assert fast.colouring.eval_all_cycles and fast.colouring.eval_seeds == 30
+    specs = build_runs(fast)
+    assert [s.name for s in specs[:3]] == [f"recall_erm_random_s{k}" for k in range(3)]
+    assert len(specs) == 9 and {s.group for s in specs} == {
+        "recall_erm_random",
+        "recall_lq_random",
+        "recall_lq_fixed",
+    }
+    assert [s.config.seed for s in build_runs(fast, 1000)[:3]] == [100_000, 100_001, 100_002]
+    assert fast.recall.d_head < fast.recall.n_keys  # the capacity limit the claims need
     names = [s.name for s in build_runs(fast_with_colouring())]
-    assert names[:3] == ["recall_erm_random_s0", "recall_lq_random_s0", "recall_lq_fixed_s0"]
-    assert names[3:6] == ["colour_n10_q1_s0", "colour_n10_q3_s0", "colour_n10_q10_s0"]
+    assert names[9:] == ["colour_n10_q1_s0", "colour_n10_q3_s0", "colour_n10_q10_s0"]
     paper = [s.name for s in build_runs(STUDY.preset("paper"))]
     assert "grid_s4" in paper and "sweep_N20_q100_s4" in paper and "msweep_m16_s0" in paper
     assert "colour_n10_q5_s4" in paper
@@ -251,3 +255,66 @@ def test_recall_must_be_learned_by_the_lq_model_too(tmp_path):
     verdicts = _verdicts(rows)
     assert [v.status for v in verdicts] == ["inconclusive"] * 3
     assert verdicts[0].precondition.measured == pytest.approx(2.98)
+
+
+def _tiny_grid(steps: int) -> GridWorldRun:
+    return GridWorldRun(
+        size=3,
+        steps_per_episode=3,
+        d_seed=2,
+        m_seeds=2,
+        d_model=8,
+        n_heads=2,
+        d_head=4,
+        d_mlp=8,
+        n_layers=1,
+        population=4,
+        eval_seeds=2,
+        loop=Loop(steps=steps, log_every=1, checkpoint_every=2),
+    )
+
+
+def test_pgpe_step_resumes_bitwise_after_a_crash(tmp_path, monkeypatch):
+    from dynascope.studies.randomized_algorithms import PGPEStep
+
+    cfg = _tiny_grid(5)
+    run_members(build_grid_world, cfg, tmp_path / "full")
+    original = PGPEStep.__call__
+
+    def crash_at_3(self, model, batch, ctx):
+        if ctx.step == 3:
+            raise RuntimeError("planted crash")
+        return original(self, model, batch, ctx)
+
+    monkeypatch.setattr(PGPEStep, "__call__", crash_at_3)
+    with pytest.raises(RuntimeError, match="planted crash"):
+        run_members(build_grid_world, cfg, tmp_path / "cut")
+    monkeypatch.setattr(PGPEStep, "__call__", original)
+    result = run_members(build_grid_world, cfg, tmp_path / "cut", resume=True)
+    assert result.status == "finished"
+    full, cut = load_run(tmp_path / "full"), load_run(tmp_path / "cut")
+    assert "resumed" in set(cut.events["kind"])
+    key = ["step", "key"]
+    a, b = full.scalars.sort_values(key), cut.scalars.sort_values(key)
+    np.testing.assert_array_equal(a["value"].to_numpy(), b["value"].to_numpy())
+    np.testing.assert_array_equal(
+        full.tensors("eval.per_treasure_return")[1][-1],
+        cut.tensors("eval.per_treasure_return")[1][-1],
+    )
+
+
+def test_paper_configs_build_and_take_a_loss_step_on_the_cpu():
+    from dynascope.studies.randomized_algorithms import build_recall
+    from dynascope.train import SeedStreams
+
+    paper = STUDY.preset("paper")
+    assert paper.recall.loop.device == "cuda" and paper.colouring.loop.device == "cuda"
+    assert paper.grid_world.loop.device == "cuda"
+    for cfg, build in ((paper.recall, build_recall), (paper.colouring, build_colouring)):
+        cpu = cfg.model_copy(update={"loop": cfg.loop.model_copy(update={"device": "cpu"})})
+        parts = build(cpu, SeedStreams(0))
+        batch = parts.data(torch.Generator().manual_seed(0))
+        loss, metrics = parts.loss(parts.model, batch)
+        loss.backward()
+        assert math.isfinite(float(loss.detach())) and set(metrics) == {"mean_loss", "success"}
+        assert all(p.grad is not None for p in parts.model.parameters())

@@ -22,7 +22,6 @@ CHILD = Path(__file__).with_name("_kill_child.py")
 # it honest.
 NOT_YET_ON_ENGINE = {
     "hyper-ut-pvr",
-    "randomized-algorithms",
 }
 
 

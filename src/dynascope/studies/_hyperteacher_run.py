@@ -4,21 +4,25 @@ soft-target classification, OOD accuracy per learner and (M experts, K hot).
 Glossary: M = ``n_experts``, K = ``num_hot`` (:class:`dynascope.tasks.modular_teacher.
 FewShotHyperteacher`); learners :class:`dynascope.nn.meta_learners.MetaLearner`.
 
-Per outer step: ``meta_batch`` training tasks with ``shots_support + shots_query`` inputs;
-each task's vector is adapted on the support shots (second order by default); AdamW on the
-query loss, gradient norm clipped. Evaluation: ``eval_tasks`` tasks of the ``train`` and the
-``ood`` split, adapted the same way (first order), accuracy = argmax of the logits vs the hard
-target on the query shots.
+On the engine: each step's batch holds ``meta_batch`` training tasks with ``shots_support +
+shots_query`` inputs; the loss adapts each task's vector on the support shots (second order by
+default) and returns the query loss (AdamW, the loop's gradient clipping). A probe at the last
+step evaluates ``eval_tasks`` tasks of the ``train`` and the ``ood`` split, adapted the same way
+(first order): accuracy = argmax of the logits vs the hard target on the query shots. Streams:
+``teacher`` (the hyperteacher's weights and split), ``learner`` (the learner's init), ``data``
+(training tasks), ``eval``. The inner loop differentiates inside the loss, so these runs train
+alone (no ensembles).
 
-Stored: scalars ``outer.loss`` (window mean), ``{train,ood}.loss`` and ``{train,ood}.accuracy``
-at the last step. Learner defaults follow the reference ``configs/hyperteacher.py``
-(:data:`LEARNER_DEFAULTS`); hnet_linear's embedding width is 4·M (the reference's
-``ratio_templates_experts = 4``; its exact use is unverified), and its ``hnet_deepmlp``
-(nonlinear hypernetwork) is not built.
+Stored: ``train.loss`` and ``train.query_accuracy`` (window means over ``log_every`` steps),
+``{train,ood}.loss`` and ``{train,ood}.accuracy`` at the last step. Learner defaults follow
+the reference ``configs/hyperteacher.py`` (:data:`LEARNER_DEFAULTS`); hnet_linear's embedding
+width is 4·M (the reference's ``ratio_templates_experts = 4``; its exact use is unverified),
+and its ``hnet_deepmlp`` (nonlinear hypernetwork) is not built.
 
-CPU plumbing check (2026-12-01, M4K2 random support, width 128, 300 outer steps, 16 tasks ×
-64 + 64 shots; not a preset): train / OOD accuracy 43 / 37 % (hnet_linear), 34 / 32 % (ANIL,
-20 inner steps), 38 / 35 % (MAML); chance 12.5 %. All three learn; nothing here is a verdict.
+CPU plumbing check (2026-12-01, the runner before the engine port, M4K2 random support, width
+128, 300 outer steps, 16 tasks × 64 + 64 shots; not a preset): train / OOD accuracy 43 / 37 %
+(hnet_linear), 34 / 32 % (ANIL, 20 inner steps), 38 / 35 % (MAML); chance 12.5 %. All three
+learn; nothing here is a verdict.
 
 References:
     Schug et al. (2024), arXiv 2312.15001, sec. 5, Table 1; reference ``configs/hyperteacher.py``,
@@ -27,18 +31,24 @@ References:
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+from torch import Tensor
 
 from dynascope.nn.meta_learners import MetaLearner, soft_cross_entropy
-from dynascope.store import RunStore
-from dynascope.studies.base import one_intra_op_thread
+from dynascope.studies.engine_runs import EngineRunConfig
 from dynascope.tasks.modular_teacher import FewShotHyperteacher
+from dynascope.train import Loop, Parts, SeedStreams
 
-__all__ = ["LEARNER_DEFAULTS", "PAPER_OOD_ACCURACY", "HyperteacherRunConfig", "run_hyperteacher"]
+__all__ = [
+    "LEARNER_DEFAULTS",
+    "PAPER_OOD_ACCURACY",
+    "HyperteacherRunConfig",
+    "build_hyperteacher",
+    "hyperteacher_config",
+]
 
 # Reference ``configs/hyperteacher.py``: base width, inner steps and lr, outer lr, wd, clip.
 LEARNER_DEFAULTS: dict[str, dict[str, float | int]] = {
@@ -62,14 +72,12 @@ PAPER_OOD_ACCURACY: dict[tuple[str, int, int], float] = {
 }  # fmt: skip
 
 
-class HyperteacherRunConfig(BaseModel):
-    """One meta-learner on one hyperteacher (defaults: the reference, hnet_linear)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class HyperteacherRunConfig(EngineRunConfig):
+    """One meta-learner on one hyperteacher (defaults: the reference, hnet_linear); the loop
+    holds the outer steps, the gradient clipping and the device."""
 
     kind: Literal["hyperteacher"] = "hyperteacher"
     learner: Literal["hnet_linear", "anil", "learned_init"] = "hnet_linear"
-    seed: int = Field(0, ge=0)
     n_experts: int = Field(4, ge=1)
     num_hot: int = Field(2, ge=1)
     support: Literal["random", "non_compositional", "connected", "disconnected", "diagonal",
@@ -82,31 +90,32 @@ class HyperteacherRunConfig(BaseModel):
     inner_steps: int = Field(10, ge=0)
     inner_lr: float = Field(0.3, gt=0)
     second_order: bool = True
-    outer_steps: int = Field(200_000, ge=1)
     outer_lr: float = Field(1e-3, gt=0)
     weight_decay: float = Field(1e-2, ge=0)
-    clip: float = Field(1.0, gt=0, description="max norm of the meta-gradient")
     meta_batch: int = Field(128, ge=1)
     shots_support: int = Field(256, ge=1)
     shots_query: int = Field(256, ge=1)
     eval_tasks: int = Field(512, ge=1)
-    log_every: int = Field(1000, ge=1)
 
 
-def _learner(cfg: HyperteacherRunConfig) -> MetaLearner:
-    return MetaLearner(
-        cfg.learner,
-        16,
-        8,
-        cfg.d_hidden,
-        cfg.n_hidden_layers,
-        d_embedding=4 * cfg.n_experts,
-        generator=torch.Generator().manual_seed(cfg.seed + 1),
-    )
+def hyperteacher_config(
+    learner: str, n_experts: int, num_hot: int, seed: int, steps: int = 200_000, **update: Any
+) -> HyperteacherRunConfig:
+    """A learner's reference config (:data:`LEARNER_DEFAULTS`; its ``clip`` becomes the loop's
+    gradient clipping) at (M, K) = (``n_experts``, ``num_hot``), ``steps`` outer steps.
+
+    Raises:
+        KeyError: for a learner without defaults.
+        pydantic.ValidationError: for an invalid combined config.
+    """
+    defaults = dict(LEARNER_DEFAULTS[learner])
+    loop = Loop(steps=steps, log_every=min(1000, steps), grad_clip=float(defaults.pop("clip")))
+    fields = defaults | {"learner": learner, "n_experts": n_experts, "num_hot": num_hot}
+    return HyperteacherRunConfig.model_validate(fields | {"seed": seed, "loop": loop} | update)
 
 
-def _episode(learner, teacher, cfg, split, n_tasks, generator, second_order):
-    batch = teacher.sample(split, n_tasks, cfg.shots_support + cfg.shots_query, generator)
+def _episode(learner: MetaLearner, cfg: HyperteacherRunConfig, batch, second_order: bool):
+    """Query loss and accuracy after adapting on the support shots of ``batch``."""
     s = cfg.shots_support
     v = learner.adapt(
         batch["x"][:, :s], batch["y"][:, :s], steps=cfg.inner_steps, lr=cfg.inner_lr,
@@ -117,65 +126,67 @@ def _episode(learner, teacher, cfg, split, n_tasks, generator, second_order):
     return loss, (logits.argmax(-1) == batch["hard"][:, s:]).float().mean()
 
 
-def run_hyperteacher(
-    config: HyperteacherRunConfig, run_dir: Path, progress: bool = False, device: str = "cpu"
-) -> None:
-    """Meta-train one learner on the hyperteacher, then evaluate train and OOD accuracy."""
-    del progress
+def build_hyperteacher(config: HyperteacherRunConfig, streams: SeedStreams) -> Parts:
+    """The hyperteacher (stream ``teacher``), the learner (stream ``learner``), training tasks
+    from the ``data`` stream, AdamW on the adapted query loss, the evaluation at the end."""
     cfg = config
-    dev = torch.device(device)
-    with one_intra_op_thread(), RunStore(run_dir) as store:
-        store.truncate_after(-1)
-        store.write_config(cfg.model_dump(mode="json"))
-        store.set_status(0, "running")
-        teacher = FewShotHyperteacher(
-            n_experts=cfg.n_experts,
-            num_hot=cfg.num_hot,
-            support=cfg.support,
-            frac_ood=cfg.frac_ood,
-            chunking=cfg.chunking,
-            continuous=cfg.continuous,
-            seed=cfg.seed,
-        )
-        learner = _learner(cfg).to(dev)
-        g = torch.Generator(device=dev).manual_seed(cfg.seed + 2)
-        opt = torch.optim.AdamW(
-            learner.parameters(), lr=cfg.outer_lr, weight_decay=cfg.weight_decay
-        )
-        window = []
-        for step in range(1, cfg.outer_steps + 1):
-            loss, _ = _episode(learner, teacher, cfg, "train", cfg.meta_batch, g, cfg.second_order)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(learner.parameters(), cfg.clip)
-            opt.step()
-            window.append(loss.detach())
-            if step % cfg.log_every == 0 or step == cfg.outer_steps:
-                mean = torch.stack(window).mean()
-                store.log(step, {"outer.loss": mean})
-                window = []
-                if not torch.isfinite(mean):
-                    store.set_status(step, "diverged")
-                    return
-        g_eval = torch.Generator(device=dev).manual_seed(cfg.seed + 3)
-        with torch.no_grad():  # the inner loop turns gradients on for its own steps
-            _evaluate(store, learner, teacher, cfg, g_eval)
-        store.set_status(cfg.outer_steps, "finished")
+    teacher = FewShotHyperteacher(
+        n_experts=cfg.n_experts,
+        num_hot=cfg.num_hot,
+        support=cfg.support,
+        frac_ood=cfg.frac_ood,
+        chunking=cfg.chunking,
+        continuous=cfg.continuous,
+        seed=streams("teacher"),
+    )
+    learner = MetaLearner(
+        cfg.learner, 16, 8, cfg.d_hidden, cfg.n_hidden_layers,
+        d_embedding=4 * cfg.n_experts, generator=streams.generator("learner"),
+    )  # fmt: skip
+    shots = cfg.shots_support + cfg.shots_query
+
+    def data(g: torch.Generator) -> dict[str, Tensor]:
+        batch = teacher.sample("train", cfg.meta_batch, shots, g)
+        return {k: batch[k] for k in ("x", "y", "hard")}
+
+    def loss(model: MetaLearner, batch: dict[str, Tensor]) -> tuple[Tensor, dict]:
+        value, accuracy = _episode(model, cfg, batch, cfg.second_order)
+        return value, {"query_accuracy": accuracy}
+
+    def optimizer(model: MetaLearner) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(model.parameters(), lr=cfg.outer_lr, weight_decay=cfg.weight_decay)
+
+    def evaluation(model: MetaLearner, ctx: Any) -> dict[str, float]:
+        """Mean query loss and accuracy over ``eval_tasks`` tasks of each split (chunked)."""
+        g, dev = streams.generator("eval"), next(model.parameters()).device
+        out = {}
+        for split in ("train", "ood"):
+            loss_sum = acc_sum = 0.0
+            for start in range(0, cfg.eval_tasks, cfg.meta_batch):
+                n = min(cfg.meta_batch, cfg.eval_tasks - start)
+                batch = {k: v.to(dev) for k, v in teacher.sample(split, n, shots, g).items()}
+                with torch.no_grad():  # the inner loop turns gradients on for its own steps
+                    value, acc = _episode(model, cfg, batch, False)
+                loss_sum += float(value) * n
+                acc_sum += float(acc) * n
+            out[f"{split}.loss"] = loss_sum / cfg.eval_tasks
+            out[f"{split}.accuracy"] = acc_sum / cfg.eval_tasks
+        return out
+
+    return Parts(
+        model=learner,
+        data=data,
+        loss=loss,
+        optimizer=optimizer,
+        probes=[(evaluation, _AtEnd(cfg.loop.steps))],
+    )
 
 
-def _evaluate(store, learner, teacher, cfg, g_eval) -> None:
-    """Mean query loss and accuracy over ``eval_tasks`` tasks of each split (chunked)."""
-    for split in ("train", "ood"):
-        loss_sum = acc_sum = 0.0
-        for start in range(0, cfg.eval_tasks, cfg.meta_batch):
-            n = min(cfg.meta_batch, cfg.eval_tasks - start)
-            loss, acc = _episode(learner, teacher, cfg, split, n, g_eval, False)
-            loss_sum += float(loss) * n
-            acc_sum += float(acc) * n
-        store.log(
-            cfg.outer_steps,
-            {
-                f"{split}.loss": loss_sum / cfg.eval_tasks,
-                f"{split}.accuracy": acc_sum / cfg.eval_tasks,
-            },
-        )
+class _AtEnd:
+    """A probe schedule due at the last step only."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def due(self, step: int) -> bool:
+        return step == self.step

@@ -12,8 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dynascope.studies._hyperteacher_run import (
     LEARNER_DEFAULTS,
-    HyperteacherRunConfig,
-    run_hyperteacher,
+    build_hyperteacher,
+    hyperteacher_config,
 )
 from dynascope.studies.base import RunSpec, Study
 from dynascope.studies.engine_runs import engine_runner
@@ -167,12 +167,11 @@ def build_runs(preset: ModularTeacherStudentPreset, seed: int = 0) -> list[RunSp
             cfg = config(task_set=BLESSED_SET, seed=s, student="monolithic")
             specs.append(RunSpec(f"monolithic_{_tag(BLESSED_SET)}_s{i}", cfg, runner))
         if preset.hyperteacher:
-            for learner, defaults in LEARNER_DEFAULTS.items():
+            for learner in LEARNER_DEFAULTS:
                 for M, K in HYPER_GRID:
-                    cfg = HyperteacherRunConfig.model_validate(
-                        defaults | {"learner": learner, "n_experts": M, "num_hot": K, "seed": s}
-                    )
-                    specs.append(RunSpec(f"hyper_{learner}_M{M}K{K}_s{i}", cfg, run_hyperteacher))
+                    cfg = hyperteacher_config(learner, M, K, s)
+                    name = f"hyper_{learner}_M{M}K{K}_s{i}"
+                    specs.append(RunSpec(name, cfg, engine_runner(build_hyperteacher)))
     return specs
 
 

@@ -1,0 +1,409 @@
+"""randomized-algorithms runs on the engine: recall, cycle colouring (Adam on the Lq loss) and
+the grid world (PGPE against the exact adversary, a custom step).
+
+Glossary: N keys, b value bits, d_seed seed width, m training seeds, q the Lq exponent; see
+:mod:`dynascope.tasks.seeded_recall`, :mod:`dynascope.tasks.cycle_colouring`,
+:mod:`dynascope.tasks.grid_world`, :mod:`dynascope.optim.lq`, :mod:`dynascope.optim.es` and
+:mod:`dynascope.probes.randomized`.
+
+Recall and colouring: each step's batch carries fresh inputs and the m seeds (fresh for a
+randomized model, shared across the batch; a fixed-seed model's one seed r0, drawn once from
+stream ``r0``), and the loss is ``lq_loss(per_seed_loss [batch, m], q)``, a pure function of the
+model and the batch, so the seeds of one arm train as one ensemble. Logged (window means):
+``train.loss`` (Lq), ``train.mean_loss`` (q = 1), ``train.success``. At the last step a probe
+evaluates the held-out set (from seed ``eval_data_seed``'s stream ``eval_inputs``: the same
+inputs for every run) with ``eval_seeds`` seeds from the run's stream ``eval``:
+``eval.mean_success``, ``eval.p5_success``, ``eval.min_success``, ``eval.majority_success``,
+``eval.sampled_success``, ``eval.majority_sampled_success``, (recall)
+``eval.predictive_variance`` and the tensor ``eval.per_input_success`` ``[inputs]``.
+Notes: docs/studies/randomized-algorithms.md.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import torch
+from pydantic import Field
+from torch import Tensor, nn
+from torch.func import functional_call
+
+from dynascope.monitor import EveryN
+from dynascope.nn import Transformer
+from dynascope.nn.masked_transformer import MaskedTransformer
+from dynascope.nn.random_inputs import RandomInputs, draw_seeds
+from dynascope.optim.es import PGPE, vectorize, worst_case
+from dynascope.optim.lq import lq_loss
+from dynascope.probes.randomized import (
+    bits_to_int,
+    majority_vote,
+    per_input_success,
+    predictive_variance,
+    sample_bits,
+    success_percentile,
+)
+from dynascope.studies.engine_runs import EngineRunConfig
+from dynascope.tasks.cycle_colouring import CycleColouring, all_cycles
+from dynascope.tasks.grid_world import GridWorld
+from dynascope.tasks.seeded_recall import SeededRecall
+from dynascope.train import Parts, SeedStreams, StepContext
+
+__all__ = [
+    "PGPEStep",
+    "ColouringRun",
+    "GridWorldRun",
+    "RecallRun",
+    "build_colouring",
+    "build_grid_world",
+    "build_recall",
+    "colouring_model",
+    "recall_model",
+]
+
+
+class _LqRun(EngineRunConfig):
+    """What recall and colouring share: the Lq objective, the seeds, Adam and the evaluation."""
+
+    q: float = Field(32.0, ge=1, allow_inf_nan=False, description="Lq exponent (1 = ERM)")
+    random_seeds: bool = Field(True, description="fresh seeds each step (False: one fixed r0)")
+    m_seeds: int = Field(8, ge=1, description="training seeds per step, shared across the batch")
+    batch_size: int = Field(128, ge=1)
+    lr: float = Field(3e-3, gt=0, description="base rate (the loop's schedule scales it)")
+    beta2: float = Field(0.95, gt=0, lt=1)
+    adam_eps: float = Field(1e-5, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    eval_inputs: int = Field(2048, ge=1)
+    eval_seeds: int = Field(30, ge=1)
+    eval_data_seed: int = Field(1_000_003, ge=0, description="held-out set's seed (every run)")
+
+
+class RecallRun(_LqRun):
+    """One associative-recall model (SYSTEMS.md S2 task A)."""
+
+    kind: Literal["recall"] = "recall"
+    n_keys: int = Field(12, ge=1)
+    n_value_bits: int = Field(5, ge=1)
+    d_seed: int = Field(10, ge=1, description="seed bits appended to every token")
+    d_head: int = Field(4, ge=1, description="the linear attention's key size (capacity)")
+    d_model: int = Field(32, ge=1)
+    n_layers: int = Field(2, ge=1)
+
+
+class ColouringRun(_LqRun):
+    """One cycle-colouring model (SYSTEMS.md S2 task B)."""
+
+    kind: Literal["colouring"] = "colouring"
+    n_vertices: int = Field(10, ge=3)
+    d_seed: int = Field(1, ge=1, description="U[0,1] numbers per vertex")
+    seed_per_vertex: bool = Field(True, description="each vertex draws its own r (else shared)")
+    d_model: int = Field(16, ge=1)
+    d_head: int = Field(16, ge=1)
+    n_heads: int = Field(1, ge=1)
+    d_mlp: int = Field(64, ge=0)
+    n_layers: int = Field(2, ge=1)
+    eval_all_cycles: bool = Field(True, description="evaluate on every cycle (else eval_inputs)")
+
+
+def recall_model(cfg: RecallRun) -> RandomInputs:
+    """Linear-attention transformer (no MLP, no LayerNorm, causal, no positions) + seed wrapper.
+
+    ``W_O`` of every block is scaled by ``1/(2 sqrt(n_layers))`` after the default init (the
+    reference code's pre-skip scaling).
+    """
+    task = SeededRecall(n_keys=cfg.n_keys, n_value_bits=cfg.n_value_bits)
+    net = Transformer(
+        n_layers=cfg.n_layers,
+        d_model=cfg.d_model,
+        n_heads=1,
+        d_head=cfg.d_head,
+        d_mlp=0,
+        d_in=task.d_in + cfg.d_seed,
+        d_out=task.d_out,
+        n_ctx=task.n_ctx,
+        positional="none",
+        attention="linear",
+        is_causal=True,
+        use_ln=False,
+    )
+    with torch.no_grad():
+        for block in net.blocks:
+            block.attn.W_O.mul_(1.0 / (2.0 * math.sqrt(cfg.n_layers)))
+    return RandomInputs(net, cfg.d_seed)
+
+
+def colouring_model(cfg: ColouringRun) -> RandomInputs:
+    """Neighbour-masked softmax transformer + per-vertex (or shared) seed wrapper."""
+    net = MaskedTransformer(
+        n_layers=cfg.n_layers,
+        d_model=cfg.d_model,
+        n_heads=cfg.n_heads,
+        d_head=cfg.d_head,
+        d_mlp=cfg.d_mlp,
+        d_in=cfg.n_vertices + cfg.d_seed,
+        d_out=3,
+    )
+    return RandomInputs(net, cfg.d_seed)
+
+
+class _AtEnd:
+    """A probe schedule due at the last step only."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def due(self, step: int) -> bool:
+        return step == self.step
+
+
+def _lq_parts(cfg: _LqRun, streams: SeedStreams, task, model, eval_batch, kind, pos) -> Parts:
+    """Adam on the Lq loss, batches with their seeds, the evaluation probe at the end."""
+    r0 = draw_seeds(1, cfg.d_seed, kind=kind, generator=streams.generator("r0"), pos=pos)
+
+    def seeds(m: int, g: torch.Generator) -> Tensor:
+        if not cfg.random_seeds:
+            return r0.expand(m, *r0.shape[1:])
+        return draw_seeds(m, cfg.d_seed, kind=kind, generator=g, pos=pos)
+
+    def data(g: torch.Generator) -> dict[str, Tensor]:
+        batch = {k: v for k, v in task.batch(cfg.batch_size, g).items() if k != "query_index"}
+        return batch | {"seeds": seeds(cfg.m_seeds, g)}
+
+    def loss(model: RandomInputs, batch: dict[str, Tensor]) -> tuple[Tensor, dict]:
+        out = _forward(model, batch, batch["seeds"])  # [batch, m, pos, d_out]
+        losses = task.per_seed_loss(out, batch)  # [batch, m]
+        success = task.correct(out.detach(), batch).float().mean()
+        metrics = {"mean_loss": losses.detach().mean(), "success": success}
+        return lq_loss(losses, cfg.q, validate=False), metrics
+
+    def optimizer(model: nn.Module) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(
+            model.parameters(),
+            lr=cfg.lr,
+            betas=(0.9, cfg.beta2),
+            eps=cfg.adam_eps,
+            weight_decay=cfg.weight_decay,
+        )
+
+    def evaluation(model: RandomInputs, ctx: Any) -> dict[str, Tensor]:
+        g = streams.generator("eval")
+        with torch.no_grad():
+            return _evaluate(task, model, eval_batch, seeds(cfg.eval_seeds, g), g)
+
+    return Parts(
+        model=model,
+        data=data,
+        loss=loss,
+        optimizer=optimizer,
+        probes=[(evaluation, _AtEnd(cfg.loop.steps))],
+    )
+
+
+def build_recall(config: RecallRun, streams: SeedStreams) -> Parts:
+    """A recall model (weights from stream ``init``), its held-out set and Adam on Lq."""
+    task = SeededRecall(n_keys=config.n_keys, n_value_bits=config.n_value_bits)
+    held_out = SeedStreams(config.eval_data_seed).generator("eval_inputs")
+    eval_batch = task.batch(config.eval_inputs, held_out)
+    eval_batch = {k: v for k, v in eval_batch.items() if k != "query_index"}
+    return _lq_parts(config, streams, task, recall_model(config), eval_batch, "bits", None)
+
+
+def build_colouring(config: ColouringRun, streams: SeedStreams) -> Parts:
+    """A colouring model; evaluated on every cycle of ``n_vertices`` labelled vertices when
+    ``eval_all_cycles`` (and n <= 11), else on ``eval_inputs`` random cycles. "Majority" for
+    colourings: the fraction of cycles coloured properly by more than half of the seeds."""
+    task = CycleColouring(n_vertices=config.n_vertices)
+    pos = config.n_vertices if config.seed_per_vertex else None
+    if config.eval_all_cycles and config.n_vertices <= 11:
+        eval_batch = task.from_orders(all_cycles(config.n_vertices))
+    else:
+        held_out = SeedStreams(config.eval_data_seed).generator("eval_inputs")
+        eval_batch = task.batch(config.eval_inputs, held_out)
+    return _lq_parts(config, streams, task, colouring_model(config), eval_batch, "uniform", pos)
+
+
+def _forward(model: RandomInputs, batch: dict[str, Tensor], seeds: Tensor) -> Tensor:
+    if "attn_mask" in batch:
+        return model(batch["x"], seeds, attn_mask=batch["attn_mask"])
+    return model(batch["x"], seeds)
+
+
+def _evaluate(task, model, batch, seeds, generator) -> dict[str, Tensor]:
+    """Success statistics over inputs x seeds; chunks of inputs bound the memory."""
+    dev = next(model.parameters()).device
+    batch = {k: v.to(dev) for k, v in batch.items()}
+    seeds = seeds.to(dev)
+    n = next(iter(batch.values())).shape[0]
+    correct, answers, sampled_ok, sampled, variances = [], [], [], [], []
+    chunk = max(1, 65_536 // seeds.shape[0])
+    bits = isinstance(task, SeededRecall)
+    for start in range(0, n, chunk):
+        part = {k: v[start : start + chunk] for k, v in batch.items()}
+        out = _forward(model, part, seeds).cpu()  # [chunk, m, pos, d_out]
+        part = {k: v.cpu() for k, v in part.items()}
+        correct.append(task.correct(out, part))
+        if bits:
+            logits = out[:, :, -1]  # [chunk, m, b]
+            answers.append(bits_to_int(logits > 0))
+            draws = sample_bits(logits, generator)
+            sampled.append(bits_to_int(draws))
+            sampled_ok.append((draws == part["y"][:, None].long()).all(dim=-1))
+            variances.append(predictive_variance(logits) * len(logits))
+        else:
+            probs = out.softmax(dim=-1)  # [chunk, m, n, C]
+            draws = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator)
+            colours = draws.reshape(probs.shape[:-1])  # [chunk, m, n], one sampled colouring
+            # one-hot "logits" whose argmax is the sampled colour, scored like argmax answers
+            onehot = torch.nn.functional.one_hot(colours, probs.shape[-1]).float()
+            sampled_ok.append(task.correct(onehot, part))
+    success = per_input_success(torch.cat(correct))
+    sampled_success = per_input_success(torch.cat(sampled_ok))
+    result = {
+        "eval.mean_success": success.mean(),
+        "eval.p5_success": success_percentile(success, 5.0),
+        "eval.min_success": success.min(),
+        "eval.sampled_success": sampled_success.mean(),
+        "eval.per_input_success": success,
+    }
+    if bits:
+        truth = bits_to_int(batch["y"].cpu())
+        n_answers = 2**task.n_value_bits
+        result["eval.majority_success"] = (
+            (majority_vote(torch.cat(answers), n_answers) == truth).float().mean()
+        )
+        result["eval.majority_sampled_success"] = (
+            (majority_vote(torch.cat(sampled), n_answers) == truth).float().mean()
+        )
+        result["eval.predictive_variance"] = torch.stack(variances).sum() / n
+    else:  # a colouring succeeds under vote when more than half of the seeds colour properly
+        result["eval.majority_success"] = (success > 0.5).float().mean()
+        result["eval.majority_sampled_success"] = (sampled_success > 0.5).float().mean()
+    return result
+
+
+# -- grid world (task C): PGPE against the exact adversary -------------------------------------
+class GridWorldRun(EngineRunConfig):
+    """One PGPE-trained grid-world agent (SYSTEMS.md S2 task C); a loop step is a generation."""
+
+    kind: Literal["grid_world"] = "grid_world"
+    size: int = Field(5, ge=2)
+    steps_per_episode: int = Field(25, ge=1)
+    d_seed: int = Field(8, ge=1, description="Gaussian seed width")
+    m_seeds: int = Field(10, ge=1)
+    d_model: int = Field(80, ge=1)
+    n_heads: int = Field(4, ge=1)
+    d_head: int = Field(10, ge=1)
+    d_mlp: int = Field(160, ge=0)
+    n_layers: int = Field(2, ge=1)
+    population: int = Field(300, ge=2)
+    center_lr: float = Field(0.01, gt=0)
+    std_lr: float = Field(0.01, gt=0)
+    init_std: float = Field(0.03, gt=0)
+    chunk_size: int | None = Field(None, ge=1, description="population members per vmap chunk")
+    eval_seeds: int = Field(30, ge=1)
+
+
+def _returns(model, params, env: GridWorld, seeds: Tensor) -> Tensor:
+    """Returns ``[n_treasures, m]`` of one parameter set on every (treasure, seed) pair."""
+    treasures = env.treasures(seeds.device)
+    n, m = treasures.shape[0], seeds.shape[0]
+    rows_t = treasures.repeat_interleave(m)  # treasure-major
+    rows_s = seeds.repeat(n, 1)
+
+    def policy(tokens):
+        t = tokens.shape[1]
+        causal = torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril()
+        return functional_call(model, params, (tokens, causal.expand(tokens.shape[0], t, t)))
+
+    return env.rollout(policy, rows_t, rows_s).reshape(n, m)
+
+
+class PGPEStep:
+    """One PGPE generation: m fresh Gaussian seeds (shared by the population: common random
+    numbers), each member's loss ``max_treasure mean_seed (−return)`` (q = ∞, all treasure
+    cells enumerated), then the centre (the model's parameters) and per-parameter std update.
+    Returns the population's mean loss, metric ``best_loss``. The strategy is built at the
+    first step (on the model's device); its std and optimizer state travel in checkpoints.
+    Each generation's noise comes from a generator on the model's device seeded by one draw
+    of the run's ``step`` stream (checkpointed by the engine)."""
+
+    def __init__(self, config: GridWorldRun, env: GridWorld) -> None:
+        self.config, self.env = config, env
+        self.es: PGPE | None = None
+        self._pending: dict | None = None
+
+    def _strategy(self, model: nn.Module, generator: torch.Generator) -> PGPE:
+        if self.es is None:  # the generator is replaced each step
+            c = self.config
+            self.es = PGPE(
+                model,
+                population=c.population,
+                center_lr=c.center_lr,
+                std_lr=c.std_lr,
+                init_std=c.init_std,
+                generator=generator,
+            )
+            if self._pending is not None:
+                self._load(self._pending)
+        self.es.generator = generator
+        return self.es
+
+    def __call__(self, model: nn.Module, batch: Any, ctx: StepContext) -> tuple[Tensor, dict]:
+        dev = next(model.parameters()).device
+        # this generation's noise on the model's device, from one draw of the run's step stream
+        draw = int(torch.randint(2**62, (1,), generator=ctx.generator))
+        g = SeedStreams(draw).generator("generation", device=dev)
+        es = self._strategy(model, g)
+        seeds = torch.randn(self.config.m_seeds, self.config.d_seed, generator=g, device=dev)
+        objective = worst_case(lambda p: -_returns(model, p, self.env, seeds))
+        losses = es.step(vectorize(objective, chunk_size=self.config.chunk_size))
+        return losses.mean(), {"best_loss": losses.min()}
+
+    def state_dict(self) -> dict:
+        if self.es is None:
+            return self._pending or {}
+        return {"std": dict(self.es.std), "optimizer": self.es.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.es is None:
+            self._pending = state
+        else:
+            self._load(state)
+
+    def _load(self, state: dict) -> None:
+        if not state:
+            return
+        for name, std in state["std"].items():
+            self.es.std[name].copy_(std)
+        self.es.optimizer.load_state_dict(state["optimizer"])
+
+
+def build_grid_world(config: GridWorldRun, streams: SeedStreams) -> Parts:
+    """The policy (a causal softmax transformer without positions; :class:`MaskedTransformer`'s
+    explicit softmax has vmap batching rules), the PGPE step, and a probe every
+    ``loop.log_every`` generations: the centre's ``eval.worst_return`` / ``eval.mean_return``
+    on ``eval_seeds`` seeds from stream ``eval`` (at the end also ``eval.per_treasure_return``
+    ``[treasures]``, the seed-averaged return per treasure cell)."""
+    env = GridWorld(size=config.size, steps_per_episode=config.steps_per_episode)
+    model = MaskedTransformer(
+        n_layers=config.n_layers,
+        d_model=config.d_model,
+        n_heads=config.n_heads,
+        d_head=config.d_head,
+        d_mlp=config.d_mlp,
+        d_in=env.d_obs + config.d_seed,
+        d_out=env.n_actions,
+    )
+    eval_seeds = torch.randn(config.eval_seeds, config.d_seed, generator=streams.generator("eval"))
+
+    def returns(m: nn.Module, ctx: Any) -> dict[str, Tensor]:
+        params = {k: v.detach() for k, v in m.named_parameters()}
+        with torch.no_grad():
+            r = _returns(m, params, env, eval_seeds.to(next(m.parameters()).device)).cpu()
+        row = {"eval.worst_return": r.mean(dim=1).min(), "eval.mean_return": r.mean()}
+        if ctx.step == config.loop.steps:
+            row["eval.per_treasure_return"] = r.mean(dim=1)
+        return row
+
+    schedule = EveryN(config.loop.log_every, also=[config.loop.steps])
+    return Parts(model=model, data={}, step=PGPEStep(config, env), probes=[(returns, schedule)])
