@@ -21,7 +21,6 @@ CHILD = Path(__file__).with_name("_kill_child.py")
 # interrupted run). Shrinks as studies are ported; test_not_yet_resumable_list_is_exact keeps
 # it honest.
 NOT_YET_ON_ENGINE = {
-    "hyper-ut-pvr",
     "permuted-initialisations",
     "randomized-algorithms",
 }

@@ -27,7 +27,6 @@ from dynascope.studies.base import PRESETS
 # (issue 18, part B); never add to it.
 LEGACY_STUDIES = {
     "gradual-rank",
-    "hyper-ut-pvr",
     "permuted-initialisations",
     "sigma-reparam-entropy",
 }
