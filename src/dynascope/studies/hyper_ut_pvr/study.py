@@ -39,8 +39,8 @@ __all__ = [
 ]
 
 CLAIM = (
-    "On hop-PVR, UT-ACT ponders longer on more hops, and Hyper-UT generalises to more hops than "
-    "trained at least as well as UT-ACT."
+    "On hop-PVR, UT-ACT and Hyper-UT fit the trained hop counts, UT-ACT ponders longer on more "
+    "hops, and Hyper-UT generalises to more hops than trained better than UT-ACT."
 )
 SOURCE = (
     "Abnar et al., 'Adaptivity and Modularity for Efficient Generalization Over Task "
