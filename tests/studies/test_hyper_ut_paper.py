@@ -17,31 +17,26 @@ import torch
 
 from dynascope.nn.universal import HyperUT, UniversalTransformer
 from dynascope.store import load_run
-from dynascope.studies._hyper_ut_paper import (
-    DigitsComparison,
-    DigitsRunConfig,
-    VectorPVRRunConfig,
-    VectorSweep,
-    VisualPVRSweep,
-    effective_holdout,
-)
 from dynascope.studies.hyper_ut_pvr import STUDY, HyperUTPresets, analyze, build_runs
+from dynascope.studies.hyper_ut_pvr.runs import DigitsRun, VectorPVRRun, effective_holdout
+from dynascope.studies.hyper_ut_pvr.study import DigitsComparison, VectorSweep, VisualPVRSweep
 from dynascope.tasks.digits_pvr import DigitsPVR
 from dynascope.tasks.pvr import VectorPVR
+from dynascope.train import Loop, SeedStreams
 
-TINY = dict(d_model=16, n_heads=2, d_mlp=32, act_max_steps=3, steps=10, log_every=5)
+TINY = dict(d_model=16, n_heads=2, d_mlp=32, act_max_steps=3, loop=Loop(steps=10, log_every=5))
 
 
 def _tiny() -> HyperUTPresets:
     vector = VectorSweep(
-        base=VectorPVRRunConfig(
+        base=VectorPVRRun(
             model="fixed", n_layers=1, holdout=1, n_train=256, batch_size=16, eval_size=64, **TINY
         ),
         complexities=[0, 1],
         aggregations=["sum", "mode"],
     )
     digits = DigitsComparison(
-        base=DigitsRunConfig(model="vit", patch_size=4, n_layers=2, batch_size=32, **TINY)
+        base=DigitsRun(model="vit", patch_size=4, n_layers=2, batch_size=32, **TINY)
     )
     visual = VisualPVRSweep(
         base=digits.base.model_copy(
@@ -51,7 +46,7 @@ def _tiny() -> HyperUTPresets:
         models=["vit", "hyper_ut"],
     )
     update = {"vector": vector, "digits": digits, "visual": visual}
-    return STUDY.preset("smoke").model_copy(update=update)
+    return STUDY.preset("smoke").model_copy(update=update | {"seeds": 1})
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +70,8 @@ def test_paper_preset_validates_and_builds_every_run():
     specs = build_runs(preset)
     names = [s.name for s in specs]
     assert len(set(names)) == len(names) == 9 + 3 * 3 * 4 * 5 + 3 * 3 + 3 * 3 * 3
+    assert {s.group for s in specs if s.config.model in ("fixed", "vit")} >= {"fixed", "digits_vit"}
+    assert all(s.group is None for s in specs if s.config.model in ("ut_act", "hyper_ut"))
     vec = [s for s in specs if s.name.startswith("vec_")]
     assert {s.config.agg for s in vec} == {"sum", "min", "max", "median", "mode"}
     assert {s.config.complexity for s in vec} == {1, 2, 3, 4}
@@ -89,12 +86,7 @@ def test_paper_preset_validates_and_builds_every_run():
         ("visual_pvr", 3, m) for m in (0, 1, 2)
     }
     with pytest.raises(ValueError, match=r"complexity must be <= grid² − 2 = 2"):
-        DigitsRunConfig(model="vit", task="visual_pvr", grid=2, complexity=3)
-    assert [s.name for s in build_runs(STUDY.preset("fast"))] == [
-        "fixed_s0",
-        "ut_act_s0",
-        "hyper_ut_s0",
-    ]
+        DigitsRun(model="vit", task="visual_pvr", grid=2, complexity=3, loop=Loop(steps=1))
 
 
 def test_effective_holdout_caps_at_all_but_one_permutation():
@@ -106,7 +98,7 @@ def test_act_state_matches_act_on_embedded_tokens():
     for cls in (UniversalTransformer, HyperUT):
         torch.manual_seed(0)
         model = cls(d_vocab=7, d_out=3, n_ctx=5, d_model=6, n_heads=2, d_mlp=11, act_max_steps=4)
-        a, b = model.act(x), model.act_state(model.W_E[x])
+        a, b = model.act(x), model.act_state(model.embed(x))
         torch.testing.assert_close(a.output, b.output, rtol=0, atol=0)  # same computation
         torch.testing.assert_close(a.n_updates, b.n_updates, rtol=0, atol=0)
     assert model.last_mix_entropy.shape == (b.steps, 2)
@@ -120,11 +112,11 @@ def test_vector_runner_stores_accuracies_and_brute_force_majority(tiny_out):
     assert len(names) == 3 * 2 * 2
     for name in names:
         run = load_run(out / "runs" / name)
-        cfg = VectorPVRRunConfig.model_validate(run.config)
+        cfg = VectorPVRRun.model_validate(run.config)
         assert run.status == "finished"
         assert list(run.scalar("train.loss").index) == [5, 10]
         task = VectorPVR(complexity=cfg.complexity, agg=cfg.agg, holdout=cfg.holdout)
-        batch = task.batch("val", 64, torch.Generator().manual_seed(20_000))
+        batch = task.batch("val", 64, SeedStreams(cfg.seed).generator("eval_standard"))
         labels = [
             _brute(x[1:][x[0] : x[0] + cfg.complexity + 1], cfg.agg) for x in batch["x"].tolist()
         ]
@@ -163,7 +155,7 @@ def test_digits_runner_stores_accuracy_and_layers(tiny_out):
 def test_visual_pvr_runner_stores_accuracy_majority_and_layers(tiny_out):
     _, out, _ = tiny_out
     task = DigitsPVR(grid=2, complexity=1, patch_size=4)
-    y = task.batch("val", 64, torch.Generator().manual_seed(30_000))["y"]
+    y = task.batch("val", 64, SeedStreams(0).generator("val"))["y"]
     majority = max(Counter(y.tolist()).values()) / 64
     for model in ("vit", "hyper_ut"):
         run = load_run(out / "runs" / f"vpvr_{model}_m1_s0")
@@ -216,6 +208,6 @@ def test_analysis_without_paper_runs_has_only_the_hop_table(tiny_out, tmp_path):
     _, out, _ = tiny_out
     runs = {n: load_run(out / "runs" / n) for n in ("fixed_s0", "ut_act_s0", "hyper_ut_s0")}
     analysis = analyze(runs, tmp_path)
-    assert list(analysis.tables) == ["per hop count"]
+    assert list(analysis.tables) == ["per hop count", "per seed"]
     assert [p.name for p in analysis.figures] == ["pvr_hops.png"]
     assert np.isfinite(analysis.verdicts[2].measured)

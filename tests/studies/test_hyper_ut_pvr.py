@@ -1,29 +1,44 @@
-"""Study hyper-ut-pvr: presets, the smoke preset end to end, verdicts from the stores."""
+"""Study hyper-ut-pvr: presets, the smoke preset end to end on the engine, verdicts (per seed,
+with controls) recomputed from the stores, and the paper preset's loss step on the CPU."""
 
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
+import torch
 from scipy.stats import spearmanr
 
 from dynascope import studies
 from dynascope.store import load_run
 from dynascope.studies.hyper_ut_pvr import STUDY, build_runs
+from dynascope.studies.hyper_ut_pvr.analysis import gap_threshold
+from dynascope.studies.hyper_ut_pvr.runs import build_hop_pvr
+from dynascope.train import SeedStreams
 
 
-def test_presets_build_one_run_per_model_and_seed():
+def test_presets_build_three_seeds_per_model_with_fixed_depth_seeds_as_one_ensemble():
     assert studies.get("hyper-ut-pvr") is STUDY
-    assert [s.name for s in build_runs(STUDY.preset("fast"))] == [
-        "fixed_s0",
-        "ut_act_s0",
-        "hyper_ut_s0",
+    specs = build_runs(STUDY.preset("fast"))
+    assert [s.name for s in specs] == [
+        f"{m}_s{k}" for m in ("fixed", "ut_act", "hyper_ut") for k in range(3)
     ]
-    specs = build_runs(STUDY.preset("paper"))
-    hop = [s for s in specs if not s.name.startswith(("vec_", "digits_", "vpvr_"))]
-    assert len(hop) == 9 and hop[-1].name == "hyper_ut_s2"  # paper extras: test_hyper_ut_paper
-    fast = {s.name: s.config for s in build_runs(STUDY.preset("fast"))}
+    assert [s.group for s in specs] == ["fixed"] * 3 + [None] * 6  # ACT: lone runs
+    fast = {s.name: s.config for s in specs}
     assert fast["ut_act_s0"].model_copy(update={"model": "hyper_ut"}) == fast["hyper_ut_s0"]
+    assert [fast[f"ut_act_s{k}"].seed for k in range(3)] == [0, 1, 2]
+    assert [s.config.seed for s in build_runs(STUDY.preset("fast"), 1000)][:3] == [
+        1000, 1001, 1002,
+    ]  # fmt: skip
+    cfg = fast["ut_act_s0"]
+    assert (cfg.length, cfg.train_hops, cfg.eval_hops) == (5, [1, 2, 3], [1, 2, 3, 4])
+    assert cfg.multiply_embedding_mode == "sqrt_depth"
+
+
+def test_gap_threshold_is_three_binomial_standard_errors():
+    assert gap_threshold(2000) == pytest.approx(3 * math.sqrt(0.5 / 2000))
+    assert gap_threshold(2000) == pytest.approx(0.0474, abs=1e-4)
 
 
 @pytest.fixture(scope="module")
@@ -39,20 +54,55 @@ def test_smoke_preset_end_to_end(smoke_out):
     assert all(r["status"] == "finished" for r in data["runs"])
     assert (out / "figures" / "pvr_hops.png").is_file()
     for claim in data["claims"]:
-        assert claim["measured"] is None or isinstance(claim["measured"], float)
+        assert claim["seeds"] == [0, 1, 2] and claim["control"]["status"] is not None
+        assert claim["direction"] == ">=" and not claim["legacy"]
+    for k in range(3):  # every run on the engine: runner.json, checkpoints
+        assert (out / "runs" / f"ut_act_s{k}" / "runner.json").is_file()
 
 
-def test_verdicts_are_recomputed_from_the_stored_evaluations(smoke_out):
+def _per_seed(out, k: int, step: int | None) -> dict:
+    ut = load_run(out / "runs" / f"ut_act_s{k}")
+    hyper = load_run(out / "runs" / f"hyper_ut_s{k}")
+
+    def at(run, key):
+        series = run.scalar(key)
+        return float(series.iloc[-1] if step is None else series.loc[step])
+
+    ponder = [at(ut, f"eval.h{h}.ponder") for h in (1, 2, 3)]
+    rho = spearmanr([1, 2, 3], ponder).statistic if len(set(ponder)) > 1 else float("nan")
+    fit = min(at(r, f"eval.h{h}.accuracy") for r in (ut, hyper) for h in (1, 2))
+    gap = at(hyper, "eval.h3.accuracy") - at(ut, "eval.h3.accuracy")
+    gap_trained = at(hyper, "eval.h2.accuracy") - at(ut, "eval.h2.accuracy")
+    return {"rho": rho, "fit": fit, "gap": gap, "gap_trained": gap_trained, "ponder": ponder}
+
+
+def test_verdicts_and_controls_are_recomputed_from_the_stored_evaluations(smoke_out):
     outcome, out = smoke_out
-    ut = load_run(out / "runs" / "ut_act_s0")
-    hyper = load_run(out / "runs" / "hyper_ut_s0")
-    hops = [1, 2, 3]
-    gap = hyper.last("eval.h3.accuracy") - ut.last("eval.h3.accuracy")
-    assert outcome.claims[2].measured == pytest.approx(gap)
-    worst = min(r.last(f"eval.h{h}.accuracy") for r in (ut, hyper) for h in (1, 2))
-    assert outcome.claims[1].measured == pytest.approx(worst)
-    ponder = [ut.last(f"eval.h{h}.ponder") for h in hops]
-    if len(set(ponder)) > 1:
-        assert outcome.claims[0].measured == pytest.approx(spearmanr(hops, ponder).statistic)
-    for h in hops:
-        assert 1.0 <= ut.last(f"eval.h{h}.ponder") <= 3.0 + 1e-6  # T = 3 in smoke
+    u1, u2, u3 = outcome.claims
+    for k in range(3):
+        final, init = _per_seed(out, k, None), _per_seed(out, k, 0)
+        torch.testing.assert_close(u1.per_seed[k], final["rho"], equal_nan=True)
+        torch.testing.assert_close(u1.control.per_seed[k], init["rho"], equal_nan=True)
+        assert u2.per_seed[k] == pytest.approx(final["fit"])
+        assert u2.control.per_seed[k] == pytest.approx(init["fit"])
+        assert u3.per_seed[k] == pytest.approx(final["gap"])
+        assert u3.control.per_seed[k] == pytest.approx(final["gap_trained"])
+        for p in final["ponder"] + init["ponder"]:
+            assert 1.0 <= p <= 3.0 + 1e-6  # T = 3 in smoke
+    assert u3.threshold == pytest.approx(gap_threshold(64))
+    # the untrained models cannot fit: u2's control fails the claim at any scale
+    assert u2.control.status == "not held" and max(u2.control.per_seed.values()) < 0.9
+
+
+def test_paper_preset_builds_and_one_loss_step_runs_on_the_cpu():
+    preset = STUDY.preset("paper")
+    config = next(s.config for s in build_runs(preset) if s.name == "hyper_ut_s0")
+    assert config.loop.device == "cpu"  # `--device cuda` overrides it (run_members)
+    assert (config.d_model, config.act_max_steps, config.length) == (256, 12, 10)
+    small = config.model_copy(update={"n_train": 64, "eval_size": 8})  # sizes kept, data cut
+    parts = build_hop_pvr(small, SeedStreams(0))
+    batch = parts.data(torch.Generator().manual_seed(0))
+    loss, metrics = parts.loss(parts.model, batch)
+    loss.backward()
+    assert math.isfinite(float(loss.detach())) and 1.0 <= float(metrics["ponder"]) <= 12.0 + 1.0
+    assert parts.model.halt.weight.grad is not None

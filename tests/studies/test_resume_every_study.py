@@ -17,13 +17,6 @@ from dynascope.store import load_run
 
 CHILD = Path(__file__).with_name("_kill_child.py")
 
-# Studies whose runners are not yet on the engine (they cannot resume: a rerun restarts their
-# interrupted run). Shrinks as studies are ported; test_not_yet_resumable_list_is_exact keeps
-# it honest.
-NOT_YET_ON_ENGINE = {
-    "hyper-ut-pvr",
-}
-
 
 def _cannot_resume(name: str) -> bool:
     study = studies.get(name)
@@ -31,8 +24,9 @@ def _cannot_resume(name: str) -> bool:
     return any("resume" not in runner_kwargs(s.runner, resume=False) for s in specs)
 
 
-def test_not_yet_resumable_list_is_exact():
-    assert {n for n in studies.names() if _cannot_resume(n)} == NOT_YET_ON_ENGINE
+def test_every_study_runner_can_resume():
+    # Study.run refuses to rerun an interrupted run whose runner takes no ``resume``
+    assert [n for n in studies.names() if _cannot_resume(n)] == []
 
 
 def _child(*args: str) -> subprocess.CompletedProcess:
@@ -47,7 +41,7 @@ def _scalars(run_dir: Path) -> pd.DataFrame:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n in studies.names() if n not in NOT_YET_ON_ENGINE])
+@pytest.mark.parametrize("name", studies.names())
 def test_killed_smoke_study_resumes_to_identical_metrics(tmp_path, name):
     full, cut, count = tmp_path / "full", tmp_path / "cut", tmp_path / "count.txt"
     done = _child(name, "count", str(full), str(count))

@@ -190,6 +190,10 @@ class UniversalTransformer(nn.Module):
         act_epsilon: thr = 1 − act_epsilon.
         act_loss_weight: weight of the ponder cost in :meth:`loss_terms`.
         halting_bias_init: initial bias of the halting unit (tensor2tensor: 1.0).
+        multiply_embedding_mode: ``"sqrt_depth"`` (tensor2tensor's default): the token
+            embedding ``W_E ~ N(0, 1/d_model)`` is multiplied by ``sqrt(d_model)`` when used,
+            so embedded tokens are O(1) like the timing signals; ``"none"``: ``W_E ~ N(0,
+            0.02²)`` used as is (tokens 50× smaller than the timing signals at d_model 64).
         readout_pos: position read out by the classifier.
         force_halt_at_max, accumulated: see :func:`adaptive_computation_time`.
     Raises:
@@ -198,7 +202,9 @@ class UniversalTransformer(nn.Module):
     References:
         Dehghani et al. (2019), arXiv 1807.03819; tensor2tensor ``universal_transformer.py``
         (hparams ``act_max_steps``, ``act_halting_bias_init``, ``act_epsilon``,
-        ``act_loss_weight``).
+        ``act_loss_weight``); the embedding scale: tensor2tensor ``layers/modalities.py``
+        (``get_weights``: ``random_normal_initializer(0.0, hidden_size**-0.5)``; ``bottom``:
+        ``ret *= hidden_size**0.5`` when ``multiply_embedding_mode == "sqrt_depth"``).
     """
 
     def __init__(
@@ -215,6 +221,7 @@ class UniversalTransformer(nn.Module):
         act_epsilon: float = 0.01,
         act_loss_weight: float = 0.01,
         halting_bias_init: float = 1.0,
+        multiply_embedding_mode: Literal["sqrt_depth", "none"] = "sqrt_depth",
         readout_pos: int = 0,
         force_halt_at_max: bool = False,
         accumulated: bool = False,
@@ -230,6 +237,11 @@ class UniversalTransformer(nn.Module):
                 raise ValueError(f"{name} must be >= 1 (got {name}={value})")
         if halting not in ("basic", "global"):
             raise ValueError(f"halting must be 'basic' or 'global' (got halting={halting!r})")
+        if multiply_embedding_mode not in ("sqrt_depth", "none"):
+            raise ValueError(
+                "multiply_embedding_mode must be 'sqrt_depth' or 'none' "
+                f"(got multiply_embedding_mode={multiply_embedding_mode!r})"
+            )
         if not 0 <= readout_pos < n_ctx:
             raise ValueError(f"readout_pos must be in 0..{n_ctx - 1} (got {readout_pos})")
         self.d_model, self.n_heads, self.d_mlp, self.n_ctx = d_model, n_heads, d_mlp, n_ctx
@@ -237,7 +249,13 @@ class UniversalTransformer(nn.Module):
         self.act_epsilon, self.act_loss_weight = act_epsilon, act_loss_weight
         self.readout_pos = readout_pos
         self.force_halt_at_max, self.accumulated = force_halt_at_max, accumulated
-        self.W_E = nn.Parameter(torch.randn(d_vocab, d_model) * 0.02)
+        self.multiply_embedding_mode = multiply_embedding_mode
+        if multiply_embedding_mode == "sqrt_depth":
+            self.W_E = nn.Parameter(torch.randn(d_vocab, d_model) / math.sqrt(d_model))
+            self.embedding_scale = math.sqrt(d_model)
+        else:
+            self.W_E = nn.Parameter(torch.randn(d_vocab, d_model) * 0.02)
+            self.embedding_scale = 1.0
         self.register_buffer("pos_signal", timing_signal(n_ctx, d_model), persistent=False)
         self.register_buffer("step_signal", timing_signal(act_max_steps, d_model), persistent=False)
         self.halt = nn.Linear(d_model, 1)
@@ -273,7 +291,11 @@ class UniversalTransformer(nn.Module):
                 f"tokens must be a long tensor [batch, pos <= {self.n_ctx}] "
                 f"(got {tokens.dtype}, {tuple(tokens.shape)})"
             )
-        return self.act_state(self.W_E[tokens])
+        return self.act_state(self.embed(tokens))
+
+    def embed(self, tokens: Tensor) -> Tensor:
+        """Embedded tokens ``W_E[tokens] · embedding_scale`` ``[batch, pos, d_model]``."""
+        return self.W_E[tokens] * self.embedding_scale
 
     def act_state(self, state: Tensor) -> ACTResult:
         """Run ACT from an embedded state ``[batch, pos, d_model]`` (pos <= n_ctx).
