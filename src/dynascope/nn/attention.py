@@ -81,6 +81,12 @@ def autodiff_transform_active() -> bool:
     )
 
 
+def _merge_heads(z: Tensor, W_O: Tensor) -> Tensor:
+    """``sum_h z[:, h] @ W_O[h]``: ``z [batch, n_heads, pos, d_head]``, ``W_O [n_heads, d_head,
+    d_model]`` -> ``[batch, pos, d_model]``, as one ``[n_heads * d_head, d_model]`` product."""
+    return z.transpose(-3, -2).flatten(-2) @ W_O.flatten(0, 1)
+
+
 class MultiHeadAttention(nn.Module):
     """Self-attention with per-head ``W_Q, W_K, W_V, W_O`` and capture points for its pattern.
 
@@ -198,8 +204,11 @@ class MultiHeadAttention(nn.Module):
         )
 
     def _project(self, x: Tensor, W: Tensor, b: Tensor | None) -> Tensor:
-        # x [batch, pos, d_model], W [n_heads, d_model, d_head] -> [batch, n_heads, pos, d_head]
-        out = torch.einsum("bpm,hmd->bhpd", x, W)
+        # x [batch, pos, d_model], W [n_heads, d_model, d_head] -> [batch, n_heads, pos, d_head],
+        # as one [d_model, n_heads * d_head] product (per-head batched products: ~15% slower)
+        n_heads, d_model, d_head = W.shape
+        out = x @ W.transpose(0, 1).reshape(d_model, n_heads * d_head)
+        out = out.unflatten(-1, (n_heads, d_head)).transpose(-3, -2)
         if b is not None:
             out = out + b[:, None, :]
         return out
@@ -256,6 +265,10 @@ class MultiHeadAttention(nn.Module):
             if self.kind == "softmax":
                 if mask is None:
                     pattern = scores.softmax(dim=-1)
+                elif key_padding_mask is None:  # causal only: every query sees itself
+                    # + (0 | -inf): bitwise the masked_fill below, a cheaper backward
+                    hidden = torch.zeros(mask.shape[-2:], dtype=scores.dtype, device=scores.device)
+                    pattern = (scores + hidden.masked_fill(~mask[0, 0], float("-inf"))).softmax(-1)
                 else:
                     # A query with no visible key would give a NaN row; it gets zeros (as SDPA),
                     # with finite scores under the softmax so no NaN reaches the gradients.
@@ -266,7 +279,7 @@ class MultiHeadAttention(nn.Module):
                 pattern = scores if mask is None else scores.masked_fill(~mask, 0.0)
             pattern = self.hook_pattern(pattern)  # [batch, n_heads, query_pos, key_pos]
             z = pattern @ v  # [batch, n_heads, query_pos, d_head]
-        out = torch.einsum("bhpd,hdm->bpm", z, self.W_O)
+        out = _merge_heads(z, self.W_O)
         if self.b_O is not None:
             out = out + self.b_O
         return out
