@@ -224,7 +224,9 @@ class MultiHeadAttention(nn.Module):
             mask = keep if mask is None else mask & keep
         return mask
 
-    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, key_padding_mask: Tensor | None = None, *, last_query: bool = False
+    ) -> Tensor:
         """Attend over the positions of ``x``.
 
         Args:
@@ -232,8 +234,10 @@ class MultiHeadAttention(nn.Module):
             key_padding_mask: optional bool ``[batch, key_pos]``, True = keep (a real token),
                 False = padding (hidden from every query). Note: the opposite of
                 ``torch.nn.MultiheadAttention``'s convention.
+            last_query: only the last position queries (over every key): the output's last
+                row, ``[batch, 1, d_model]``, without computing the others.
         Returns:
-            ``[batch, pos, d_model]``.
+            ``[batch, pos, d_model]`` (``[batch, 1, d_model]`` with ``last_query``).
         Raises:
             ValueError: if ``x`` is not ``[batch, pos, d_model]``; if ``key_padding_mask`` is not
                 a bool tensor of shape ``[batch, pos]``.
@@ -250,10 +254,12 @@ class MultiHeadAttention(nn.Module):
                 f"{tuple(x.shape[:2])} (got {key_padding_mask.dtype}, "
                 f"{tuple(key_padding_mask.shape)})"
             )
-        q = self._project(x, self.W_Q, self.b_Q)  # [batch, n_heads, pos, d_head]
-        k = self._project(x, self.W_K, self.b_K)
+        q = self._project(x[:, -1:] if last_query else x, self.W_Q, self.b_Q)
+        k = self._project(x, self.W_K, self.b_K)  # [batch, n_heads, pos, d_head]
         v = self._project(x, self.W_V, self.b_V)
         mask = self._mask(x, key_padding_mask)
+        if last_query and mask is not None:
+            mask = mask[..., -1:, :]
 
         listened = self.hook_attn_scores.has_listener or self.hook_pattern.has_listener
         if self.kind not in ("softmax", "linear") or self.relative_position is not None:
@@ -294,7 +300,8 @@ class MultiHeadAttention(nn.Module):
         normalization, target_network = MIXERS[self.kind]
         scores = self.scale * q @ k.transpose(-1, -2)  # [batch, n_heads, query_pos, key_pos]
         if self.relative_position is not None:
-            scores = scores + self.relative_position(scores.shape[-2], scores.shape[-1])
+            n_keys = scores.shape[-1]  # the last query_pos rows of the key_pos x key_pos grid
+            scores = scores + self.relative_position(n_keys, n_keys)[..., -scores.shape[-2] :, :]
         scores = self.hook_attn_scores(scores)
         if normalization == "softmax":
             if mask is None:
