@@ -56,6 +56,32 @@ def test_h_vanishes_at_init_and_moves_after(centering):
     assert h_fn({**w0, first: w0[first] + 0.1}, x).abs().max() > 1e-3
 
 
+@pytest.mark.parametrize("centering", ["antisymmetric", "offset"])
+def test_twin_products_with_the_jacobian_equal_linearize_and_its_vjp(centering):
+    """Oracle: LazyStep's twin output ``alpha hbar`` and gradient (products with J = Dh(w0))
+    equal dynascope.probes.linearize and torch.func.vjp at w0 on a random wbar, to 1e-12."""
+    from torch.func import vjp
+
+    from dynascope.probes.kernels import linearize
+
+    cfg = LazyRun(loop=loop(10), width=12, n_train=6, alphas=[2.0, 16.0], centering=centering)
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(6, cfg.d_in, generator=g, dtype=F64)
+    f_star = torch.randn(6, generator=g, dtype=F64)
+    h_fn, w0 = build_h(cfg, g, F64)
+    alphas = torch.tensor(cfg.alphas, dtype=F64)
+    w0b = {k: v.expand(2, *v.shape).clone() for k, v in w0.items()}
+    step = runs_module.LazyStep(h_fn, w0b, x, f_star, alphas, cfg.lr, torch.eye(6, dtype=F64))
+    wbar = {k: v + 0.3 * torch.randn(v.shape, generator=g, dtype=F64) for k, v in w0b.items()}
+    expected = alphas[:, None] * linearize(h_fn, w0b)(wbar, x)[..., 0]
+    torch.testing.assert_close(step.twin_output(wbar), expected, rtol=0, atol=1e-12)
+    _, pullback = vjp(lambda w: h_fn(w, x)[..., 0], w0b)
+    (grad,) = pullback((expected - f_star) / alphas[:, None])
+    got = step.twin_gradient(expected)
+    for k in w0b:
+        torch.testing.assert_close(got[k], grad[k], rtol=0, atol=1e-12)
+
+
 def test_engine_run_twin_matches_the_closed_form_and_logs_sups(tmp_path):
     """Oracle: GD on the twin is alpha hbar_t = f* - (I - eta K)^t f* (to 1e-10 in float64);
     D is a running sup from 0; the weights move O(1/alpha)."""

@@ -75,8 +75,9 @@ class _Block(nn.Module):
         self.mlp = MLP(d_model, d_mlp, activation="gelu")
         self.hook_resid_post = CapturePoint()  # [batch, pos, d_model]
 
-    def forward(self, h: Tensor) -> Tensor:
-        h = h + self.attn(self.ln1(h))
+    def forward(self, h: Tensor, last_query: bool = False) -> Tensor:
+        attended = self.attn(self.ln1(h), last_query=last_query)
+        h = (h[:, -1:] if last_query else h) + attended
         h = h + self.mlp(self.ln2(h))
         return self.hook_resid_post(h)
 
@@ -132,8 +133,9 @@ class SequenceTransformer(nn.Module):
         self.ln_final = nn.LayerNorm(d_model)
         self.unembed = nn.Linear(d_model, d_out)
 
-    def forward(self, x: Tensor) -> Tensor:
-        """``[batch, pos, d_in] -> [batch, pos, d_out]``.
+    def forward(self, x: Tensor, *, last_only: bool = False) -> Tensor:
+        """``[batch, pos, d_in] -> [batch, pos, d_out]``; with ``last_only`` the last position's
+        output ``[batch, 1, d_out]`` alone (the last block's other queries are not computed).
 
         Raises:
             ValueError: if ``x`` is not ``[batch, pos, d_in]``.
@@ -143,8 +145,8 @@ class SequenceTransformer(nn.Module):
                 f"x must have shape [batch, pos, d_in={self.d_in}] (got {tuple(x.shape)})"
             )
         h = self.embed(x)
-        for block in self.blocks:
-            h = block(h)
+        for i, block in enumerate(self.blocks):
+            h = block(h, last_query=last_only and i == len(self.blocks) - 1)
         return self.unembed(self.ln_final(h))
 
 

@@ -91,7 +91,7 @@ def _eval_sets(task: FuzzyLogic, config: FuzzyRunConfig, gen: torch.Generator) -
 
 
 def _last(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    return model(x)[:, -1, 0]
+    return model(x, last_only=True)[:, -1, 0]  # the last block computes that query only
 
 
 def _mse_last(model: torch.nn.Module, batch: dict) -> torch.Tensor:

@@ -6,7 +6,8 @@ Glossary:
     g(w; x):  ``v^T tanh(W x / sqrt(d_in)) / sqrt(m)`` (:class:`dynascope.nn.mlp.MLP`, NTK
               parametrization, depth 1, no bias).
     h(w):     ``[N]`` outputs on the training inputs, ``h(w0) = 0`` by centering.
-    hbar(w):  the linearized twin ``h(w0) + Dh(w0)(w - w0)`` (:func:`dynascope.probes.linearize`).
+    hbar(w):  the linearized twin ``h(w0) + Dh(w0)(w - w0)`` (the map of
+              :func:`dynascope.probes.linearize`, as products with ``Dh(w0)``).
     alpha:    the output scale; objective ``L(w) = ||alpha h(w) - f*||^2 / (2 alpha^2)``.
     t:        time ``eta * step``.
 """
@@ -20,11 +21,11 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field, field_validator
 from torch import Tensor, nn
-from torch.func import vjp
+from torch.func import jacrev
 
 from dynascope.monitor import EveryN, LogSchedule
 from dynascope.nn.mlp import MLP
-from dynascope.probes.kernels import empirical_ntk, linearize, ntk_relative_change
+from dynascope.probes.kernels import empirical_ntk, ntk_relative_change
 from dynascope.studies.engine_runs import EngineRunConfig
 from dynascope.train import Parts, SeedStreams, StepContext
 
@@ -124,21 +125,47 @@ class LazyPair(nn.Module):
 
 
 class LazyStep:
-    """One GD step of ``alpha h`` (autograd) and of its twin (a vjp at w0), every alpha at once;
-    before it, the running sups take in the current state's gap, output and oracle error."""
+    """One GD step of ``alpha h`` (autograd) and of its twin, every alpha at once; before it,
+    the running sups take in the current state's gap, output and oracle error.
+
+    The twin is linear in its weights, so its output and gradient are two products with the
+    Jacobian ``J = Dh(w0)`` ``[N, P]`` (computed once, ``torch.func.jacrev``):
+    ``hbar(wbar) = h(w0) + (wbar - w0) J^T`` and ``grad = J^T r``. This is the same map as
+    :func:`dynascope.probes.linearize` and its vjp (a test checks it), at a fraction of the
+    cost of a ``jvp`` and a ``vjp`` per step.
+    """
 
     def __init__(self, h_fn, w0b: dict[str, Tensor], x: Tensor, f_star: Tensor, alphas: Tensor,
                  lr: float, K0: Tensor) -> None:  # fmt: skip
-        self.h_fn, self.h_lin = h_fn, linearize(h_fn, w0b)
+        self.h_fn, self.w0b = h_fn, w0b
         self.x, self.f_star, self.scale, self.lr = x, f_star, alphas[:, None], lr
-        _, self.vjp_at_w0 = vjp(lambda w: h_fn(w, x)[..., 0], w0b)  # Dh(w0)^T r
+        w0 = {k: v[0] for k, v in w0b.items()}  # every alpha starts from the same w0
+        jac = jacrev(lambda w: h_fn(w, x)[:, 0])(w0)  # {key: [N, *shape]}
+        self.keys = list(w0b)
+        self.shapes = [w0[k].shape for k in self.keys]
+        self.J = torch.cat([jac[k].flatten(1) for k in self.keys], dim=1)  # [N, P]
+        self.h0 = h_fn(w0, x)[:, 0].detach()  # [N], zero by centering
         self.step_matrix = torch.eye(len(x), dtype=x.dtype) - lr * K0  # closed-form twin
+
+    def _flat(self, w: dict[str, Tensor]) -> Tensor:
+        """``w - w0`` as ``[A, P]`` (the keys in order, each flattened)."""
+        return torch.cat([(w[k] - self.w0b[k]).flatten(1) for k in self.keys], dim=1)
+
+    def twin_output(self, twin: dict[str, Tensor]) -> Tensor:
+        """``alpha hbar`` ``[A, N]``."""
+        return self.scale * (self.h0 + self._flat(twin) @ self.J.T)
+
+    def twin_gradient(self, out_lin: Tensor) -> dict[str, Tensor]:
+        """The twin's gradient ``J^T (alpha hbar - f*) / alpha`` per key, ``[A, *shape]``."""
+        flat = ((out_lin - self.f_star) / self.scale) @ self.J  # [A, P]
+        parts = flat.split([s.numel() for s in self.shapes], dim=1)
+        return {k: p.view(-1, *s) for k, p, s in zip(self.keys, parts, self.shapes, strict=True)}
 
     def outputs(self, model: LazyPair) -> tuple[Tensor, Tensor]:
         """``(alpha h, alpha hbar)`` ``[A, N]`` now (``alpha h`` keeps its graph)."""
         out = self.scale * self.h_fn(model.weights(), self.x)[..., 0]
         with torch.no_grad():
-            out_lin = self.scale * self.h_lin(model.twin(), self.x)[..., 0]
+            out_lin = self.twin_output(model.twin())
         return out, out_lin
 
     def __call__(self, model: LazyPair, batch: object, ctx: StepContext) -> Tensor:
@@ -151,9 +178,8 @@ class LazyStep:
             eta = self.lr * ctx.lr_factor
             for p, g in zip(model.w.values(), grads, strict=True):
                 p.sub_(eta * g)
-            (g_lin,) = self.vjp_at_w0((out_lin - self.f_star) / self.scale)
-            for k, buf in model.bar.named_buffers():
-                buf.sub_(eta * g_lin[k])
+            for k, g_lin in self.twin_gradient(out_lin).items():
+                model.bar.get_buffer(k).sub_(eta * g_lin)
             model.closed.copy_(self.f_star - self.step_matrix @ (self.f_star - model.closed))
         return loss.detach()
 
