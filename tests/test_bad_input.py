@@ -453,7 +453,12 @@ CASES = [
     case(
         "study negative seed",
         ("study", "run", STUDY, "--preset", "smoke", "--seed", "-1"),
-        r"^error: --seed: must be >= 0 \(got -1\)$",
+        r"^error: --seed: must be in \[0, 2\*\*32\) \(got -1\)$",
+    ),
+    case(
+        "study huge seed",
+        ("study", "run", STUDY, "--preset", "smoke", "--seed", str(2**64 - 1)),
+        r"^error: --seed: must be in \[0, 2\*\*32\) \(got 18446744073709551615\)$",
     ),
     case(
         "unknown study",

@@ -454,7 +454,7 @@ def study_run(
 
     from dynascope import studies
     from dynascope.executors import make_executor
-    from dynascope.studies.base import resolve_device
+    from dynascope.studies.base import MAX_STUDY_SEED, resolve_device
 
     try:
         selected = studies.names() if all_ else [name]
@@ -464,8 +464,8 @@ def study_run(
         runner = make_executor(executor, workers=workers, address=address)
     except ValueError as err:
         _fail(str(err))
-    if seed < 0:
-        _fail(f"--seed: must be >= 0 (got {seed})")
+    if not 0 <= seed < MAX_STUDY_SEED:
+        _fail(f"--seed: must be in [0, 2**32) (got {seed})")
     if not all_:
         target = out or Path("runs") / f"{name}-{preset}"
         _run_one_study(name, preset, target, seed, runner, device, fresh, progress)

@@ -132,7 +132,12 @@ def test_fewer_than_three_finite_seeds_is_inconclusive_never_held():
 
 def test_a_failed_precondition_is_inconclusive():
     v = _judge([0.1, 0.2, 0.3], met=False)
-    assert v.status == "inconclusive" and v.reason == "precondition not met: p"
+    assert v.status == "inconclusive" and v.reason == "precondition not met: p [measured 0.5]"
+    measured = judge(
+        claim="c", metric="m", per_seed={0: 0.1, 1: 0.2, 2: 0.3}, threshold=0.5, direction="<=",
+        precondition=Precondition("train R² >= 0.9", met=False, measured=0.52731), control=FAILS,
+    )  # fmt: skip
+    assert measured.reason == "precondition not met: train R² >= 0.9 [measured 0.5273]"
 
 
 def test_nan_seeds_count_as_failing():

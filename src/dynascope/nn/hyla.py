@@ -128,7 +128,7 @@ def hypernetwork_output(
             "target_network must be one of 'default', 'mlp_relu', 'mlp_linear' "
             f"(got target_network={target_network!r})"
         )
-    return z.transpose(-3, -2).flatten(-2) @ W_O.flatten(0, 1)  # sum over heads and d_head
+    return torch.einsum("bhqd,hdm->bqm", z, W_O)
 
 
 def relative_position_bucket(

@@ -118,7 +118,10 @@ def hessian_top_eigenvalues(
     when the basis spans ``R^P`` (then the values are exact up to rounding). A block of ``k``
     vectors finds eigenvalues of multiplicity up to ``k``. When a product adds no new direction
     (an invariant subspace: a Hessian of low rank, or zero) the block continues from a fresh
-    random vector orthogonal to the basis, so ``k`` may exceed the rank.
+    random vector orthogonal to the basis, so ``k`` may exceed the rank. The residual stop
+    guarantees an eigenvalue within the residual of each reported value, not that no larger
+    one was missed: an eigenvalue small next to ``‖H‖`` (1 beside −906) can be absent from the
+    Krylov space when the stop comes; ``tol=0`` runs every product.
 
     Args:
         loss_fn: ``loss_fn(params) -> scalar tensor``, twice differentiable in ``params`` (it

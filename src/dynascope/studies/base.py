@@ -56,6 +56,9 @@ __all__ = [
 ]
 
 PRESETS = ("smoke", "fast", "paper")
+# ``--seed`` shifts every run's seed; the bound leaves room for a study's own offsets below the
+# engine's seed range [0, 2**64)
+MAX_STUDY_SEED = 2**32
 # what this call did to a run
 _DONE = {"keep": "kept", "resume": "resumed", "start": "started"}
 
@@ -238,7 +241,8 @@ class Study:
             fresh: delete the directory's runs and start every run over.
             run_reports: also write each run's ``report.html`` (loss and probe curves).
         Raises:
-            ValueError: unknown preset or device, ``cuda`` without CUDA, a run to resume whose
+            ValueError: unknown preset or device, ``seed`` outside [0, 2**32), ``cuda`` without
+                CUDA, a run to resume whose
                 runner takes no ``resume``, ``out`` is a run
                 directory or cannot be created or written, or ``out`` holds runs of other
                 configs (and not ``fresh``).
@@ -251,6 +255,8 @@ class Study:
         from ._plan import plan_runs, write_manifest
 
         config = self.preset(preset)
+        if not 0 <= seed < MAX_STUDY_SEED:
+            raise ValueError(f"seed must be in [0, 2**32) (got {seed})")
         device = resolve_device(device)
         specs = self.build_runs(config, seed)
         out = Path(out)

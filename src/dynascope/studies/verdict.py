@@ -346,7 +346,9 @@ def judge(
     if n_finite < MIN_SEEDS:
         reasons.append(f"only {n_finite} of {len(values)} seeds finite (need {MIN_SEEDS})")
     if not precondition.met:
-        reasons.append(f"precondition not met: {precondition.text}")
+        value = precondition.measured
+        shown = f" [measured {value:.4g}]" if math.isfinite(value) else ""
+        reasons.append(f"precondition not met: {precondition.text}{shown}")
     if judged.status == "held":
         reasons.append(f"the control also holds: {judged.text}")
     holds = _rule_passes(values, threshold, direction, rule)

@@ -117,9 +117,9 @@ def _verdicts(rows: list[dict]) -> list[Verdict]:
     lq = min((v_lq.get(s, nan) for s in seeds), default=nan)
     used = Precondition(
         learned.text + f"; and the seed is used: V(A^q_R) >= {I_LQ_VARIANCE_MIN:g} on every "
-        "seed (measured: the smallest V)",
+        f"seed (smallest V {lq:.4g}; measured: the part that failed, else the smallest V)",
         bool(learned.met and lq >= I_LQ_VARIANCE_MIN),
-        lq,
+        worst if not learned.met else lq,
     )
 
     def ratio(v: float, other: float) -> float:

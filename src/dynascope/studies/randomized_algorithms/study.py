@@ -49,7 +49,7 @@ Model = Literal["erm_random", "lq_random", "lq_fixed", "erm_fixed"]
 class RandomizedAlgorithmsPreset(BaseModel):
     """A preset: the recall base config and models, optional sweeps, colouring and grid world.
 
-    Run seeds: replicate k of ``--seed s`` trains with seed ``100·s + k`` (every part).
+    Run seeds: replicate k of ``--seed s`` trains with seed ``s + k`` (every part).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -78,9 +78,9 @@ def _model_config(base: RecallRun, model: str, q_large: float, seed: int) -> Rec
 
 def build_runs(preset: RandomizedAlgorithmsPreset, seed: int = 0) -> list[RunSpec]:
     """Main recall models, then the paper's sweeps, colouring and grid world; the replicates of
-    one configuration (training seeds ``100·seed + k``) form one ensemble group."""
+    one configuration (training seeds ``seed + k``) form one ensemble group."""
     base = preset.recall
-    seeds = [100 * seed + k for k in range(preset.replicates)]
+    seeds = [seed + k for k in range(preset.replicates)]
     recall, colour, grid = (
         engine_runner(build_recall),
         engine_runner(build_colouring),

@@ -19,7 +19,7 @@ def _series(run: Run, key: str):
 
 
 _STYLE = {"baseline": ("-", "tab:red"), "sigma": ("--", "tab:blue")}
-_LABEL = {"baseline": "baseline (pre-LN)", "sigma": "σReparam (no LN)"}
+_LABEL = {"baseline": "baseline (no σReparam)", "sigma": "σReparam"}
 
 
 def sweep_figures(
@@ -51,8 +51,7 @@ def sweep_figures(
         top.set(title=f"lr = {lr:g}", xlabel="step", ylim=(-0.03, 1.05))
         bottom.set(xlabel="step", yscale="log", ylabel="train loss (nats)")
         top.set_ylabel("entropy / log T (thin: min head)")
-        if j == 0:
-            top.legend(loc="lower left")
+        top.legend(loc="best")  # each panel names the arms it shows
     paths.append(save_figure(fig, figures / "entropy_loss_over_steps.png"))
 
     fig, (ax1, ax2, ax3) = new_figure(3, title="LR sweep (x: diverged)")
