@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -255,14 +255,20 @@ def build_hop_pvr(config: HopPVRRun, streams: SeedStreams) -> Parts:
     )
     train = task.batch("train", config.n_train, streams.generator("train_set"))
     evals = {
-        h: task.batch_for_hops(h, config.eval_size, streams.generator(f"eval_h{h}"))
+        f"h{h}": task.batch_for_hops(h, config.eval_size, streams.generator(f"eval_h{h}"))
         for h in config.eval_hops
     }
+    return _token_parts(config, task, train, evals)
+
+
+def _token_parts(config: Any, task: Any, train: Any, sets: dict[str, Any]) -> Parts:
+    """A token model's parts: minibatches of ``train``, evaluation ``eval.{name}.*`` on each of
+    ``sets`` (name -> batch)."""
 
     def evaluate(model: nn.Module) -> dict[str, Tensor]:
         out: dict[str, Tensor] = {}
-        for h, batch in evals.items():
-            out |= _measure(model, forward_tokens, batch, f"eval.h{h}")
+        for name, batch in sets.items():
+            out |= _measure(model, forward_tokens, batch, f"eval.{name}")
         return out
 
     return Parts(
@@ -283,20 +289,7 @@ def build_vector_pvr(config: VectorPVRRun, streams: SeedStreams) -> Parts:
     if config.holdout > 0:
         gen = streams.generator("eval_adversarial")
         sets["adversarial"] = task.adversarial_batch(config.eval_size, gen)
-
-    def evaluate(model: nn.Module) -> dict[str, Tensor]:
-        out: dict[str, Tensor] = {}
-        for name, batch in sets.items():
-            out |= _measure(model, forward_tokens, batch, f"eval.{name}")
-        return out
-
-    return Parts(
-        model=build_token_model(config, task.d_vocab, task.d_out, task.n_ctx),
-        data=_sampler(train, config.batch_size),
-        loss=_loss(forward_tokens),
-        optimizer=_adam(config.lr),
-        evaluate=evaluate,
-    )
+    return _token_parts(config, task, train, sets)
 
 
 def build_digits(config: DigitsRun, streams: SeedStreams) -> Parts:
