@@ -5,6 +5,7 @@ resumed."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from dynascope.studies.autoencoder_greedy_rank import (
     build_runs,
     reconstruction_loss,
     step_size,
+    theory,
     verdicts_from_runs,
 )
 from dynascope.studies.autoencoder_greedy_rank import runs as runs_module
@@ -88,7 +90,7 @@ def test_engine_run_logs_the_instruments_and_reaches_the_oracle(tmp_path):
 
 
 def test_step_size_depth_rule_and_cap():
-    base = AutoencoderRun(loop=loop(10), lr=0.05, init_scale=1.0)
+    base = AutoencoderRun(loop=loop(10), lr=0.05, init_scale=1.0, lr_rule="depth")
     assert step_size(base.model_copy(update={"n_stack": 0})) == 0.05
     assert step_size(base.model_copy(update={"n_stack": 8})) == pytest.approx(0.05 / 8)
     assert step_size(base.model_copy(update={"n_stack": 1})) == pytest.approx(2 * 0.05 / 3)
@@ -97,56 +99,125 @@ def test_step_size_depth_rule_and_cap():
     assert step_size(base.model_copy(update={"n_stack": 8, "lr_rule": "constant"})) == 0.05
 
 
+def test_step_size_equal_time_rule_reads_the_judged_scale_and_is_capped():
+    """equal_time: G(s^L, 1/2; L) / (2 L mode_time), from lr_scale when given; L = 0: eta_0."""
+    cfg = AutoencoderRun(loop=loop(10), n_stack=4, init_scale=0.2, mode_time=1000.0)
+    expected = theory.plateau_integral(0.2**4, 0.5, 4) / (2 * 4 * 1000.0)
+    assert step_size(cfg) == pytest.approx(expected, rel=1e-12)
+    control = cfg.model_copy(update={"init_scale": 1.0, "lr_scale": 0.2})
+    assert step_size(control) == step_size(cfg)  # the control shares the judged arm's step
+    assert step_size(cfg.model_copy(update={"mode_time": 1e-3})) == pytest.approx(2 * 0.05 / 6)
+    assert step_size(cfg.model_copy(update={"n_stack": 0})) == 0.05
+
+
+# -- the balanced-stack theory that fixes s and the step -----------------------------------------
+@pytest.mark.parametrize("sigma0", [1e-9, 1e-3, 0.2])
+def test_plateau_integral_matches_the_closed_forms_at_one_and_two_layers(sigma0):
+    """L = 1: log((1 - a) / (1 - b)); L = 2: logit(b) - logit(a); to 1e-9 relative."""
+    b = 0.7
+    one = math.log((1 - sigma0) / (1 - b))
+    two = math.log(b / (1 - b)) - math.log(sigma0 / (1 - sigma0))
+    assert theory.plateau_integral(sigma0, b, 1) == pytest.approx(one, rel=1e-9)
+    assert theory.plateau_integral(sigma0, b, 2) == pytest.approx(two, rel=1e-9)
+
+
+def test_plateau_integral_matches_a_dense_quadrature_at_depth():
+    """L = 8: trapezoid rule on 2e6 points in x (an independent discretisation), to 1e-4."""
+    a, b = 1e-2, 0.5
+    x = torch.linspace(a, b, 2_000_001, dtype=torch.float64)
+    dense = torch.trapezoid(x ** (2 / 8 - 2) / (1 - x), x).item()
+    assert theory.plateau_integral(a, b, 8) == pytest.approx(dense, rel=1e-4)
+
+
+@pytest.mark.parametrize(("sigma0", "rho"), [(1e-3, 0.8), (1e-6, 0.5), (0.1, 0.9)])
+def test_predicted_overlap_at_two_layers_is_the_logistic_closed_form(sigma0, rho):
+    """L = 2 (logistic modes): the next mode is at 1 / (1 + ((1 - a) / a)^(1 - rho))."""
+    closed = 1 / (1 + ((1 - sigma0) / sigma0) ** (1 - rho))
+    assert theory.predicted_overlap(sigma0, 2, rho) == pytest.approx(closed, rel=1e-8)
+
+
+def test_greedy_init_scale_meets_the_target_and_deeper_stacks_allow_a_larger_s():
+    scales = [theory.greedy_init_scale(L, 0.8, 0.05) for L in (2, 3, 4, 8)]
+    for L, s in zip((2, 3, 4, 8), scales):
+        assert theory.predicted_overlap(s**L, L, 0.8) == pytest.approx(0.05, rel=1e-6)
+    assert scales == sorted(scales)
+    assert theory.greedy_init_scale(1, 0.8, 0.05) == 1e-4  # L = 1: no plateau, the floor
+
+
+def test_theory_rejects_bad_input_with_the_field_named():
+    with pytest.raises(ValueError, match="n_stack must be an integer >= 1"):
+        theory.plateau_integral(0.1, 0.5, 0)
+    with pytest.raises(ValueError, match="need 0 < sigma0 <= sigma < 1"):
+        theory.plateau_integral(0.6, 0.5, 2)
+    with pytest.raises(ValueError, match="rho must be in"):
+        theory.predicted_overlap(0.1, 2, 1.0)
+    with pytest.raises(ValueError, match="overlap must be in"):
+        theory.greedy_init_scale(2, 0.8, 0.5)
+    with pytest.raises(ValueError, match="init_scale must give 0 < s"):
+        theory.equal_time_lr(2, 0.9, 100.0, 0.1)
+    with pytest.raises(ValueError, match="mode_time must be > 0"):
+        theory.equal_time_lr(2, 0.1, 0.0, 0.1)
+
+
 # -- the verdicts on hand-built stores --------------------------------------------------------
 STEPS = 100
 LOGGED = [0, 1, 5, 20, 60, STEPS]
 
 
-def write_run(path, *, seed, n_stack, init="orthogonal", s=0.5, t_modes, dip, final_loss=0.003):
-    """A store as the engine run writes it: data mode k's gain and singular value jump from 0
-    to 1 at step t_modes[k] (never if None); the latent spectrum has ``dip`` equal values at
-    step 20 and 5 otherwise (effective rank = number of equal values); data rank 5."""
-    cfg = AutoencoderRun(loop=loop(STEPS), seed=seed, n_stack=n_stack, init=init, init_scale=s)
+def write_run(
+    path, *, seed, n_stack, init="orthogonal", s=0.5, arm="greedy", t_modes, dip, mid_rank=5,
+    final_rank=5,
+):  # fmt: skip
+    """A store as the engine run writes it: data PC k's gain jumps from 0 to 1 at step
+    t_modes[k] (never if None) and the singular values of M_A are those gains sorted; the latent
+    spectrum has 13 equal values at step 0, ``dip`` at step 20, ``mid_rank`` at step 60,
+    ``final_rank`` at the end and 5 otherwise (effective rank = number of equal values); the
+    held-out data has rank 32."""
+    cfg = AutoencoderRun(
+        loop=loop(STEPS), seed=seed, n_stack=n_stack, init=init, init_scale=s, arm=arm
+    )
     with RunStore(path) as store:
         store.write_config(cfg.model_dump(mode="json"))
         store.set_status(0, "running")
         for step in range(STEPS + 1):
             on = torch.tensor([float(t is not None and step >= t) for t in t_modes])
-            values = {"modes.gain": on, "modes.sigma": on, "modes.align": torch.eye(5)}
+            sigma = on.sort(descending=True).values
+            values = {"modes.gain": on, "modes.sigma": sigma, "modes.align": torch.eye(5)}
             if step in LOGGED:
-                ones = dip if step == 20 else 5
+                ones = {0: 13, 20: dip, 60: mid_rank, STEPS: final_rank}.get(step, 5)
                 spec = torch.zeros(16)
                 spec[:ones] = 1.0
-                values.update({"latent.spectrum": spec, "data.rank_1e-2": 5.0})
+                values.update({"latent.spectrum": spec, "data.rank_1e-2": 32.0})
                 values.update({"latent.rank_1e-2": ones, "latent.effective_rank": ones})
             if step % 10 == 0 and step > 0:
-                values["train.loss"] = final_loss
+                values["train.loss"] = 4.3
             store.log(step, values)
         store.set_status(STEPS, "finished")
     return load_run(path)
 
 
-GREEDY = [10, 20, 30, 40, 50]
-AT_ONCE = [10, 10, 10, 10, 10]
+GREEDY = [10, 20, 30, 40, 50]  # the 5th mode at 50: the latent at 60 is read as rank at t_5
+AT_ONCE = [25, 25, 25, 25, 25]
 
 
 def study_runs(tmp_path, **overrides):
-    """Three seeds of fast's arms: greedy s = 0.5 stacks (deeper: lower dip), all-at-once
-    s = 1 controls (dips 4, 5, 5: no depth order), L = 0 at once, a slower default L = 8."""
+    """Three seeds of fast's arms: greedy stacks (s = 0.1) reaching rank 5; s = 0.5 stacks for
+    d (deeper: lower dip); all-at-once s = 1 controls (dips 4, 5, 5: no depth order) at rank 16
+    (noise learnt); L = 0 at once and full rank; a slower default L = 8."""
+    full = {"t_modes": AT_ONCE, "dip": 5, "mid_rank": 16, "final_rank": 16}
     arms = {
-        "L0_orth": {"n_stack": 0, "t_modes": AT_ONCE, "dip": 5},
-        "L0_default": {"n_stack": 0, "init": "default", "s": 1.0, "t_modes": AT_ONCE, "dip": 5},
+        "L0_orth": {"n_stack": 0, **full},
+        "L0_default": {"n_stack": 0, "init": "default", "s": 1.0, **full},
         "L8_default": {
-            "n_stack": 8,
-            "init": "default",
-            "s": 1.0,
-            "t_modes": [20, 40, 60, 80, 95],
-            "dip": 1,
-        },  # fmt: skip
-    }
+            "n_stack": 8, "init": "default", "s": 1.0, "t_modes": [20, 40, 60, 80, 95], "dip": 1,
+        },
+    }  # fmt: skip
     for L, dip in ((2, 4), (4, 3), (8, 2)):
-        arms[f"L{L}_orth_s0.5"] = {"n_stack": L, "t_modes": GREEDY, "dip": dip}
-        arms[f"L{L}_orth_s1"] = {"n_stack": L, "s": 1.0, "t_modes": AT_ONCE, "dip": 4 + (L > 2)}
+        arms[f"L{L}_orth"] = {"n_stack": L, "s": 0.1, "t_modes": GREEDY, "dip": 1}
+        arms[f"L{L}_orth_s0.5"] = {"n_stack": L, "arm": "depth", "t_modes": GREEDY, "dip": dip}
+        arms[f"L{L}_orth_s1"] = {
+            "n_stack": L, "s": 1.0, "arm": "control", **full, "dip": 4 + (L > 2),
+        }  # fmt: skip
     out = {}
     for seed in range(3):
         for arm, kw in arms.items():
@@ -156,17 +227,25 @@ def study_runs(tmp_path, **overrides):
     return out
 
 
+def claims(runs):
+    return {x.claim.split(":")[0]: x for x in verdicts_from_runs(runs)[0]}
+
+
 def test_a_greedy_study_holds_with_known_values(tmp_path):
     analysis = analyze(study_runs(tmp_path / "runs"), tmp_path / "figures")
     v = {x.claim.split(":")[0]: x for x in analysis.verdicts}
-    assert list(v) == ["r1", "r2", "r3", "r4", "d"]
-    assert v["r1"].status == "held" and v["r1"].per_seed == (5.0, 5.0, 5.0)
-    assert v["r1"].control.per_seed == {0: 0.0, 1: 0.0, 2: 0.0}  # untrained: no mode
+    assert list(v) == ["r1", "r2", "o", "r3", "r4", "d"]
+    assert v["r1"].status == "held" and v["r1"].per_seed == (0.0, 0.0, 0.0)
+    assert v["r1"].control.status == "not held" and v["r1"].control.measured == 11.0
+    assert "13/5/5" in v["r1"].detail  # rank 13 at init: the value at t_5 is not the init's
     assert v["r2"].status == "held" and v["r2"].per_seed == (0.0, 0.0, 0.0)
     assert v["r2"].control.status == "not held" and v["r2"].control.measured == 1.0
-    # r3: rank-5 data cannot give a full-rank code: inconclusive, never judged held
-    assert v["r3"].status == "inconclusive" and "precondition" in v["r3"].reason
-    assert v["r3"].precondition.measured == 5.0
+    assert v["o"].status == "held" and v["o"].per_seed == (1.0, 1.0, 1.0)
+    shuffled = [float(x) for x in v["o"].control.per_seed.values()]
+    assert v["o"].control.status == "not held" and max(shuffled) < 1.0
+    assert v["r3"].status == "held" and v["r3"].per_seed == (16.0, 16.0, 16.0)
+    assert v["r3"].control.status == "not held" and v["r3"].control.measured == 5.0
+    assert v["r3"].precondition.measured == 32.0
     assert v["r4"].status == "held" and v["r4"].per_seed == (95.0 - 50.0,) * 3
     assert v["r4"].control.per_seed == {0: 0.0, 1: 0.0, 2: 0.0}
     assert v["d"].status == "held" and v["d"].per_seed == pytest.approx((-1.0,) * 3)
@@ -174,26 +253,34 @@ def test_a_greedy_study_holds_with_known_values(tmp_path):
     assert len(analysis.figures) == 2 and all(p.is_file() for p in analysis.figures)
 
 
-def test_the_verdicts_see_overlap_a_plateau_a_fast_default_and_no_depth_order(tmp_path):
-    runs = study_runs(
-        tmp_path / "runs",
-        # L = 4: PC2 crosses 1/2 with PC1 (overlap 1); L = 8 (dip 2 -> 4): no depth trend
-        **{"L4_orth_s0.5": {"t_modes": [10, 10, 30, 40, 50]}, "L8_orth_s0.5": {"dip": 4}},
-        L8_default={"t_modes": [5, 6, 7, 8, 9]},  # default init learns first
+def test_the_verdicts_see_overlap_disorder_noise_a_fast_default_and_no_depth_order(tmp_path):
+    v = claims(
+        study_runs(
+            tmp_path / "runs",
+            # L = 4: PC2 crosses 1/2 with PC1 (overlap 1); L = 8 at s = 0.5: no depth trend
+            **{"L4_orth": {"t_modes": [10, 10, 30, 40, 50]}, "L8_orth_s0.5": {"dip": 4}},
+            L8_default={"t_modes": [5, 6, 7, 8, 9]},  # default init learns first
+        )
     )
-    v = {x.claim.split(":")[0]: x for x in verdicts_from_runs(runs)[0]}
     assert v["r2"].status == "not held" and v["r2"].per_seed == (1.0, 1.0, 1.0)
+    assert v["o"].per_seed == (0.9, 0.9, 0.9)  # the tied pair is not "in order"
     assert v["r4"].status == "not held" and v["r4"].per_seed == (9.0 - 50.0,) * 3
     assert v["d"].status == "not held" and v["d"].per_seed == pytest.approx((1.0,) * 3)
+    # the PCs learnt in reverse order of variance, one at a time
+    v = claims(study_runs(tmp_path / "reverse", L2_orth={"t_modes": GREEDY[::-1]}))
+    assert v["r2"].status == "held"
+    assert v["o"].per_seed == (0.0, 0.0, 0.0) and v["o"].status == "not held"
+    # the noise floor learnt by a judged stack: the latent is above the true rank at t_5
+    v = claims(study_runs(tmp_path / "noisy", L4_orth={"mid_rank": 9}))
+    assert v["r1"].per_seed == (4.0, 4.0, 4.0) and v["r1"].status == "not held"
 
 
-def test_a_run_left_on_a_plateau_makes_r1_and_r2_inconclusive(tmp_path):
-    plateau = {"t_modes": [10, 20, 30, 40, None], "final_loss": 0.95}
-    v = {x.claim.split(":")[0]: x for x in verdicts_from_runs(
-        study_runs(tmp_path / "runs", **{"L8_orth_s0.5": plateau}))[0]}  # fmt: skip
-    assert v["r1"].per_seed == (4.0, 4.0, 4.0)
-    assert v["r1"].status == "inconclusive" and v["r2"].status == "inconclusive"
-    assert v["r1"].precondition.measured == 0.95
+def test_a_run_left_on_a_plateau_makes_the_greedy_claims_inconclusive(tmp_path):
+    plateau = {"t_modes": [10, 20, 30, 40, None], "final_rank": 4}
+    v = claims(study_runs(tmp_path / "runs", L8_orth=plateau))
+    for claim in ("r1", "r2", "o"):
+        assert v[claim].status == "inconclusive", claim
+    assert v["r1"].precondition.measured == 4.0  # the fewest learnt modes
     assert v["r4"].status == "inconclusive"  # the orthogonal reference never reached 5
 
 
@@ -201,16 +288,27 @@ def test_a_run_left_on_a_plateau_makes_r1_and_r2_inconclusive(tmp_path):
 def test_presets_build_the_planned_runs_in_ensembles_by_depth():
     assert studies.get("autoencoder-greedy-rank") is STUDY
     fast = build_runs(STUDY.preset("fast"))
-    assert len(fast) == 3 * 9 and len({s.name for s in fast}) == len(fast)
+    assert len(fast) == 3 * 12 and len({s.name for s in fast}) == len(fast)
     by_name = {s.name: s for s in fast}
     assert by_name["L8_default_seed2"].config.init == "default"
-    assert by_name["L8_default_seed2"].group == by_name["L8_orth_s0.5_seed0"].group == "L8"
-    assert {s.config.loop.steps for s in fast} == {10_000}
+    assert by_name["L8_default_seed2"].group == by_name["L8_orth_seed0"].group == "L8"
+    assert {s.config.loop.steps for s in fast} == {8000}
+    # the judged s comes from theory, the control is s = 1, both at the judged arm's step
+    for L in (2, 4, 8):
+        judged, control = by_name[f"L{L}_orth_seed1"], by_name[f"L{L}_orth_s1_seed1"]
+        depth = by_name[f"L{L}_orth_s0.5_seed1"]
+        s = theory.greedy_init_scale(L, 0.8, 0.05)
+        assert judged.config.init_scale == s and control.config.init_scale == 1.0
+        assert (judged.config.arm, depth.config.arm, control.config.arm) == (
+            "greedy", "depth", "control")  # fmt: skip
+        assert step_size(judged.config) == step_size(control.config) == step_size(depth.config)
+    assert step_size(by_name["L8_default_seed0"].config) == step_size(
+        by_name["L8_orth_seed0"].config)  # fmt: skip
     assert {s.config.seed for s in fast} == {0, 1, 2}
     assert {s.config.seed for s in build_runs(STUDY.preset("smoke"), seed=1000)} == {
         1000, 1001, 1002}  # fmt: skip
     paper = build_runs(STUDY.preset("paper"))
-    assert len(paper) == 5 * (16 * 2 + 3)
+    assert len(paper) == 5 * (16 * 3 + 3)
     with pytest.raises(ValueError, match="preset must be one of smoke, fast, paper"):
         STUDY.preset("huge")
 
@@ -222,9 +320,13 @@ class Killed(BaseException):
 def test_smoke_killed_midway_resumes_and_ends_as_an_uninterrupted_run(tmp_path, monkeypatch):
     whole = STUDY.run(preset="smoke", out=tmp_path / "whole")
     data = json.loads((tmp_path / "whole" / "verdict.json").read_text())
-    assert [c["claim"].split(":")[0] for c in data["claims"]] == ["r1", "r2", "r3", "r4", "d"]
+    claims = {c["claim"].split(":")[0]: c for c in data["claims"]}
+    assert list(claims) == ["r1", "r2", "o", "r3", "r4", "d"]
     assert all(c["status"] in ("held", "not held", "inconclusive") for c in data["claims"])
     assert all(r["status"] == "finished" for r in data["runs"])
+    # every control fails its claim at smoke scale (d needs 3 depths: smoke has 2)
+    for name in ("r1", "r2", "o", "r3", "r4"):
+        assert claims[name]["control"]["status"] == "not held", name
 
     real = runs_module.effective_rank
     calls = {"n": 0}
@@ -247,7 +349,7 @@ def test_smoke_killed_midway_resumes_and_ends_as_an_uninterrupted_run(tmp_path, 
     cut = STUDY.run(preset="smoke", out=tmp_path / "cut", on_run=on_run)
     assert "resumed" in done.values() and "restarted" not in done.values()
     names = sorted(p.name for p in (tmp_path / "whole" / "runs").iterdir())
-    assert len(names) == 15  # per seed: L = 2 at s = 0.5, 1 and default; L = 0 orth, default
+    assert len(names) == 18  # per seed: L = 2 greedy, s = 0.5, s = 1, default; L = 0 orth, default
     for name in names:
         a, b = (
             load_run(tmp_path / "whole" / "runs" / name),

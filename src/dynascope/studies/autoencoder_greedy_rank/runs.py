@@ -16,6 +16,8 @@ from dynascope.studies.engine_runs import EngineRunConfig
 from dynascope.tasks.low_rank import LowRankGaussian
 from dynascope.train import Parts, SeedStreams
 
+from .theory import equal_time_lr
+
 __all__ = [
     "MODE_CUTOFF",
     "RANK_TOL",
@@ -35,25 +37,46 @@ class AutoencoderRun(EngineRunConfig):
     d_in: int = Field(32, ge=1)
     d_latent: int = Field(16, ge=1)
     variances: list[float] = Field(default_factory=lambda: [5.0, 4.0, 3.0, 2.0, 1.0])
-    noise_std: float = Field(0.01, ge=0, description="isotropic noise std")
+    noise_std: float = Field(
+        0.4, ge=0, description="isotropic noise std (0.4: a noise floor above rank_1e-2's cut)"
+    )
     n_train: int = Field(2000, ge=2)
     n_heldout: int = Field(500, ge=2, description="codes for the latent covariance")
     n_stack: int = Field(0, ge=0, description="L, linear layers in the bottleneck")
     init: Literal["orthogonal", "default"] = "orthogonal"
     init_scale: float = Field(0.5, gt=0, description="s, singular value of each orthogonal layer")
+    arm: Literal["greedy", "depth", "control"] = Field(
+        "greedy", description="the claims' arm: s from theory, one s for every depth, or s = 1"
+    )
     optimizer: Literal["gd", "adam"] = "gd"
-    lr: float = Field(0.05, gt=0, description="base step eta_0")
-    lr_rule: Literal["depth", "constant"] = "depth"
+    lr: float = Field(0.05, gt=0, description="base step eta_0 (the step at L = 0)")
+    lr_rule: Literal["equal_time", "depth", "constant"] = "equal_time"
+    lr_scale: float | None = Field(
+        None, gt=0, description="s the step rule assumes (None: init_scale); controls share it"
+    )
+    mode_time: float = Field(
+        500.0, gt=0, description="equal_time: a unit-variance mode's rise time (theory steps)"
+    )
     mode_points: int = Field(400, ge=1, description="log-spaced mode (gain, sigma) probes")
     log_points: int = Field(100, ge=1, description="log-spaced latent-spectrum measurements")
 
 
 def step_size(config: AutoencoderRun) -> float:
-    """The step used: ``eta_0`` (constant) or the depth rule capped at ``2 eta_0 / (L + 2)``."""
-    if config.lr_rule == "constant":
+    """The step used, capped at ``2 eta_0 / (L + 2)`` (half the stability edge at the learnt state).
+
+    ``constant``: ``eta_0``. ``depth``: ``eta_0 / (L s^(2(L-1)))`` (S15's proposal).
+    ``equal_time``: :func:`~.theory.equal_time_lr` with ``mode_time``: the step that makes a
+    unit-variance mode rise at the same time at every depth and spectral prior. ``L = 0`` (no
+    stack) always takes ``eta_0``. The rule reads ``lr_scale`` (default ``init_scale``), so a
+    control at another ``s`` can share the judged arm's step.
+    """
+    if config.lr_rule == "constant" or config.n_stack == 0:
         return config.lr
     cap = 2.0 * config.lr / (config.n_stack + 2)
-    return depth_lr(config.lr, config.n_stack, config.init_scale, lr_max=cap)
+    s = config.init_scale if config.lr_scale is None else config.lr_scale
+    if config.lr_rule == "depth":
+        return depth_lr(config.lr, config.n_stack, s, lr_max=cap)
+    return equal_time_lr(config.n_stack, s, config.mode_time, lr_max=cap)
 
 
 def reconstruction_loss(P: torch.Tensor, second_moment: torch.Tensor) -> torch.Tensor:

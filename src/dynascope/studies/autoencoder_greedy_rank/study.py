@@ -11,8 +11,9 @@ from dynascope.train import Loop
 
 from .analysis import analyze
 from .runs import AutoencoderRun, build_autoencoder
+from .theory import greedy_init_scale
 
-__all__ = ["CLAIM", "SOURCE", "STUDY", "AutoencoderGreedyRankPreset", "build_runs"]
+__all__ = ["CLAIM", "SOURCE", "STUDY", "AutoencoderGreedyRankPreset", "build_runs", "greedy_scale"]
 
 CLAIM = (
     "A stack of linear layers at an autoencoder's bottleneck makes the latent code be learnt "
@@ -25,16 +26,28 @@ SOURCE = (
 
 
 class AutoencoderGreedyRankPreset(BaseModel):
-    """A preset: the base run, the depths, the greedy and control scales, seeds per arm."""
+    """A preset: the base run, the depths, how the greedy scale is chosen, seeds per arm."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     base: AutoencoderRun
     depths: list[int] = Field(min_length=1, description="L of the orthogonal runs (0: no stack)")
-    greedy_scale: float = Field(0.5, gt=0, description="s of the orthogonal stacks judged")
+    overlap_target: float = Field(
+        0.05, gt=0, lt=0.5, description="theory's overlap that fixes each depth's s (judged arm)"
+    )
     control_scale: float = Field(1.0, gt=0, description="s of the control stacks (no prior)")
+    depth_scale: float = Field(0.5, gt=0, description="one s at every depth (claim d's arm)")
     control_depth: int = Field(8, ge=1, description="L of the default-init run (r4)")
     seeds: int = Field(3, ge=1, description="independent seeds per configuration")
+
+
+def greedy_scale(preset: AutoencoderGreedyRankPreset, n_stack: int) -> float:
+    """The judged arm's s at depth L: the largest s whose balanced-stack theory predicts that the
+    next mode is at most ``overlap_target`` when a mode is half learnt, for the data's closest
+    pair of variances (:func:`~.theory.greedy_init_scale`)."""
+    v = sorted(preset.base.variances, reverse=True)
+    rho = max((b / a for a, b in zip(v, v[1:])), default=0.5)
+    return greedy_init_scale(n_stack, rho, preset.overlap_target)
 
 
 def _loop(steps: int) -> Loop:
@@ -43,45 +56,55 @@ def _loop(steps: int) -> Loop:
 
 
 def smoke() -> AutoencoderGreedyRankPreset:
-    """Plumbing only (seconds): N = 200, 200 steps, L in {0, 2}, 3 seeds."""
+    """Plumbing and the controls (seconds): N = 200, 1,000 steps, L in {0, 2}, 3 seeds; the
+    step is the stability cap (``mode_time`` 1), so L = 2 learns the 5 modes within budget."""
     base = AutoencoderRun(
-        loop=_loop(200), n_train=200, n_heldout=100, log_points=20, mode_points=100
+        loop=_loop(1000), n_train=200, n_heldout=100, log_points=20, mode_points=100, mode_time=1
     )
     return AutoencoderGreedyRankPreset(base=base, depths=[0, 2], control_depth=2)
 
 
 def fast() -> AutoencoderGreedyRankPreset:
-    """S15's CPU study: L in {0, 2, 4, 8} at s = 0.5 and s = 1, L = 8 default, 3 seeds, 10k steps.
-
-    10k steps, not S15's 5k: at 5k one L = 8, s = 0.5 run (seed 1) still sat on PC5's plateau
-    (loss 0.955), so the runs had not settled; t_5 at L = 8 was 2.5k-4k steps.
-    """
-    return AutoencoderGreedyRankPreset(base=AutoencoderRun(loop=_loop(10_000)), depths=[0, 2, 4, 8])
+    """S15's CPU study: L in {0, 2, 4, 8} at s from theory, s = 0.5 and s = 1, L = 8 default, 3
+    seeds, 8k steps; noise std 0.4 (data rank 32), equal-time step with ``mode_time`` 500."""
+    return AutoencoderGreedyRankPreset(base=AutoencoderRun(loop=_loop(8000)), depths=[0, 2, 4, 8])
 
 
 def paper() -> AutoencoderGreedyRankPreset:
-    """S15's larger sweep: L in 0..16 at s in {0.5, 1}, 5 seeds, 20k steps (CPU: 32 x 32 maps).
+    """S15's larger sweep: L in 0..16 at s from theory, s = 0.5 and s = 1, 5 seeds, 16k steps.
 
-    S15's nonlinear autoencoder on ``load_digits`` is not part of this preset yet.
+    S15's nonlinear autoencoder on ``load_digits`` is not part of this preset yet. L = 1 has no
+    plateau (no s makes it greedy; it runs at the search's floor s = 1e-4).
     """
-    base = AutoencoderRun(loop=_loop(20_000), log_points=200)
+    base = AutoencoderRun(loop=_loop(16_000), log_points=200)
     return AutoencoderGreedyRankPreset(base=base, depths=list(range(17)), seeds=5)
 
 
 def build_runs(preset: AutoencoderGreedyRankPreset, seed: int = 0) -> list[RunSpec]:
-    """Per seed: L = 0; each L > 0 orthogonal at ``greedy_scale`` and ``control_scale``; default
-    init at L = 0 and ``control_depth``. Runs of one depth train as one ensemble."""
+    """Per seed: L = 0; each L > 0 orthogonal at :func:`greedy_scale` (arm ``greedy``), at
+    ``depth_scale`` (arm ``depth``) and at ``control_scale`` (arm ``control``), all at the
+    greedy arm's step; default init at L = 0 and ``control_depth`` (same step). Runs of one
+    depth train as one ensemble."""
     runner = engine_runner(build_autoencoder)
+    scales = {L: greedy_scale(preset, L) for L in {*preset.depths, preset.control_depth} if L}
+    arms = {
+        "orth": ("orthogonal", "greedy", None),
+        f"orth_s{preset.depth_scale:g}": ("orthogonal", "depth", preset.depth_scale),
+        f"orth_s{preset.control_scale:g}": ("orthogonal", "control", preset.control_scale),
+    }
     specs = []
     for k in range(preset.seeds):
         base = preset.base.model_copy(update={"seed": preset.base.seed + seed + k})
-        scales = (preset.greedy_scale, preset.control_scale)
-        arms = [(L, "orthogonal", s) for L in preset.depths if L > 0 for s in scales]
-        arms += [(0, "orthogonal", preset.greedy_scale), (0, "default", 1.0)]
-        arms += [(preset.control_depth, "default", 1.0)]
-        for L, init, s in arms:
-            tag = "default" if init == "default" else ("orth" if L == 0 else f"orth_s{s:g}")
-            cfg = base.model_copy(update={"n_stack": L, "init": init, "init_scale": s})
+        plan = [(L, tag) for L in preset.depths if L > 0 for tag in arms]
+        plan += [(0, "orth"), (0, "default"), (preset.control_depth, "default")]
+        for L, tag in plan:
+            init, arm, s = arms.get(tag, ("default", "greedy", 1.0))
+            s_greedy = scales.get(L, 1.0)
+            update = {
+                "n_stack": L, "init": init, "arm": arm, "init_scale": s or s_greedy,
+                "lr_scale": s_greedy,
+            }  # fmt: skip
+            cfg = base.model_copy(update=update)
             specs.append(RunSpec(f"L{L}_{tag}_seed{k}", cfg, runner, group=f"L{L}"))
     return specs
 
