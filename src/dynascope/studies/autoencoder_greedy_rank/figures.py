@@ -17,12 +17,13 @@ __all__ = ["figures"]
 
 def _label(w: dict[str, Any]) -> str:
     return f"L={w['L']} {w['init']}" + (
-        f" s={w['s']:g}" if w["L"] > 0 and w["init"] != "default" else ""
+        f" s={w['s']:.3g}" if w["L"] > 0 and w["init"] != "default" else ""
     )
 
 
 def figures(rows: list[dict], runs: dict[str, Run], out: Path) -> list[Path]:
-    """Latent rank/effective rank vs step and per-PC gains, for the first seed's runs."""
+    """Latent rank/effective rank vs step; per-PC gains and σ(M_A) of the greedy and control
+    stacks; for the first seed's runs."""
     first = min(w["seed"] for w in rows)
     rows = [w for w in rows if w["seed"] == first]
     paths = []
@@ -44,16 +45,19 @@ def figures(rows: list[dict], runs: dict[str, Run], out: Path) -> list[Path]:
     ax1.legend(fontsize=6)
     paths.append(save_figure(fig, out / "latent_rank.png"))
 
-    shown = [w for w in rows if w["L"] > 0][:8]
+    shown = [w for w in rows if w["L"] > 0 and w["init"] == "orthogonal" and w["arm"] != "depth"]
     if shown:
-        fig, axes = new_figure(len(shown), width=3.0, title="gain a_kᵀ P a_k along data PC k")
+        title = "gain a_kᵀ P a_k along data PC k (solid), σ_k(M_A) (dashed)"
+        fig, axes = new_figure(len(shown), width=3.0, title=title)
         for ax, w in zip(np.atleast_1d(axes), shown):
             try:
                 steps, gain = runs[w["run"]].tensors("modes.gain")
             except KeyError:
                 continue
+            _, sigma = runs[w["run"]].tensors("modes.sigma")
             for k in range(gain.shape[1]):
-                ax.semilogx(steps + 1, gain[:, k], label=f"PC{k + 1}")
+                (line,) = ax.semilogx(steps + 1, gain[:, k], label=f"PC{k + 1}")
+                ax.semilogx(steps + 1, sigma[:, k], color=line.get_color(), ls="--", lw=0.8)
             ax.axhline(MODE_CUTOFF, color="k", ls=":", lw=1)
             ax.set(title=_label(w), xlabel="step + 1", ylabel="gain")
         np.atleast_1d(axes)[0].legend(fontsize=6)
