@@ -92,6 +92,28 @@ def test_process_executor_gives_the_local_verdicts(local_outcome, tmp_path):
     assert all(r["this_call"] == "started" for r in outcome.runs)
 
 
+# other kinds of run than the reference's: float32 K-member ensembles (slingshot) and a custom
+# ``Parts(step=...)`` with per-step probes (gradual-rank's toy and its ViT)
+OTHER_KINDS = ("slingshot", "gradual-rank")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", OTHER_KINDS)
+def test_process_executor_gives_the_local_values_for_other_kinds_of_run(name, tmp_path):
+    study = studies.get(name)
+    local = study.run(preset="smoke", out=tmp_path / "local", executor=LocalExecutor())
+    pool = study.run(preset="smoke", out=tmp_path / "pool", executor=ProcessExecutor(workers=2))
+    _assert_same_verdicts(pool, local)
+    for row in local.runs:  # every logged value, bit for bit
+        a = load_run(tmp_path / "local" / "runs" / row["name"]).scalars
+        b = load_run(tmp_path / "pool" / "runs" / row["name"]).scalars
+        assert (
+            a.sort_values(["step", "key"])
+            .reset_index(drop=True)
+            .equals(b.sort_values(["step", "key"]).reset_index(drop=True))
+        ), row["name"]
+
+
 def test_a_raising_run_and_a_dead_process_are_failed_and_the_others_finish(stub, tmp_path):
     study = stub.make_study(("ok", "die", "raise", "ok"))
     outcome = study.run(preset="smoke", out=tmp_path, executor=ProcessExecutor(workers=2))
