@@ -31,7 +31,10 @@ Net = Literal["bottleneck", "wide", "kernel", "bottleneck_lazy"]
 class BottleneckRun(EngineRunConfig):
     """One run: a net (``bottleneck``, ``wide``) trained by full-batch GD on sin(f u^T x), or a
     kernel-GD twin: ``kernel`` (the all-wide net's analytic infinite-width NTK, f_0 = 0) or
-    ``bottleneck_lazy`` (the bottleneck net's eNTK at init, f_0 = its initial output)."""
+    ``bottleneck_lazy`` (the bottleneck net's eNTK at init, f_0 = its initial output). Every arm
+    steps at ``lr = c N / lambda_max(Theta_0)`` of its own kernel at init (``kernel_step`` c =
+    0.25, fixed on calibration seeds 10000/20000 as the largest of 1, 1/2, 1/4 that kept every
+    run off the edge of stability; notes page), unless ``kernel_step=None`` (then ``lr``)."""
 
     net: Net = "bottleneck"
     width: int = Field(256, ge=1, description="n, the wide layers' width")

@@ -61,11 +61,12 @@ def fast() -> BottleneckPreset:
 
 
 def paper() -> BottleneckPreset:
-    """GPU: n in {256, 1024, 4096, 16384}, d in {1, 2, 4, 8}, 3 seeds (eNTK blocks of 4)."""
+    """GPU: n in {256, 1024, 4096, 16384} (all-wide up to 4096, 1.2k steps as in fast), d in
+    {1, 2, 4, 8}, 3 seeds (eNTK blocks of 4)."""
     base = BottleneckRun(loop=_loop(1, "cuda"), kernel_chunk=4)
     return BottleneckPreset(base=base, widths=[256, 1024, 4096, 16384],
                             wide_widths=[256, 1024, 4096], bottlenecks=[1, 2, 4, 8],
-                            steps=8000, wide_steps=8000, kernel_steps=16000)  # fmt: skip
+                            steps=8000, wide_steps=1200, kernel_steps=16000)  # fmt: skip
 
 
 def build_runs(preset: BottleneckPreset, seed: int = 0) -> list[RunSpec]:
