@@ -46,11 +46,11 @@ def _loop(steps: int, device: str = "cpu") -> Loop:
 
 
 def smoke() -> BottleneckPreset:
-    """Seconds: n in {32, 64} (all-wide {16, 256}), N = 32, 200 steps (all-wide 60, kernel GD
+    """Seconds: n in {32, 64} (all-wide {16, 256}), N = 32, 200 steps (all-wide 120, kernel GD
     800), 3 seeds."""
     base = BottleneckRun(loop=_loop(1), n_train=32, n_kernel=16, log_points=10, power_iters=10)
     return BottleneckPreset(base=base, widths=[32, 64], wide_widths=[16, 256], steps=200,
-                            wide_steps=60, kernel_steps=800)  # fmt: skip
+                            wide_steps=120, kernel_steps=800)  # fmt: skip
 
 
 def fast() -> BottleneckPreset:
