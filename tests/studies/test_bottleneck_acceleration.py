@@ -93,7 +93,10 @@ def test_kernel_gd_engine_step_is_the_closed_form(tmp_path):
     from dynascope.train import SeedStreams
 
     x, y = make_data(c, SeedStreams(0).generator("task"), F64)
-    f, _ = kernel_gd_predictions(None, analytic_ntk_relu(x, depth=3), y, 1.0, 20)
+    K = analytic_ntk_relu(x, depth=3)
+    lr = 0.25 * 12 / float(torch.linalg.eigvalsh(K)[-1])  # kernel_step c = 0.25: lr = c N / λ_max
+    assert run.last("stability.lr") == pytest.approx(lr, rel=1e-12)
+    f, _ = kernel_gd_predictions(None, K, y, lr, 20)
     expected = (f[:, :, 0] - y).square().mean(-1)[:20]
     np.testing.assert_allclose(mse.to_numpy(), expected.numpy(), rtol=1e-12, atol=0)
 
@@ -107,25 +110,56 @@ def test_net_run_logs_every_step_and_its_instruments(tmp_path):
     assert steps[0] == 0 and np.all(layers[0] == 0) and layers.shape[1] == 3
     assert run.last("movement") == pytest.approx(layers[-1, 1], rel=1e-6)
     assert run.tensors("latent.spectrum")[1][-1].shape == (4,)
-    assert 0 < run.last("stability.eta_lambda_over_N") < 2
+    assert run.last("stability.eta_lambda_over_N") == pytest.approx(0.25, rel=1e-12)
+    sharp = run.scalar("stability.sharpness")  # (lr/N) λ_max(Θ_t) on the log-spaced steps
+    assert sharp.index[0] == 0 and sharp.index[-1] == 20 and len(sharp) >= 5
+    assert sharp.iloc[0] == pytest.approx(0.25, rel=0.02)  # 5 power iterations from two starts
 
 
-def row(net, n, seed, steps=math.nan, budget=4001.0, movement=1.0, d=4, lazy_ratio=math.nan):
+def test_each_arm_steps_at_c_over_its_own_top_eigenvalue():
+    """lr = c N / λ_max(Θ_0): the net's from its dense eNTK (float64, 1e-8), the lazy twin's from
+    eigvalsh of the same kernel; kernel_step=None falls back to the fixed lr."""
+    c = cfg(width=12, n_train=9, n_kernel=3, kernel_step=0.7, power_iters=200)
+    from dynascope.train import SeedStreams
+
+    x, _ = make_data(c, SeedStreams(0).generator("task"), F64)
+    net = make_net(c, SeedStreams(0).generator("model"), F64)
+    rows_ = []
+    for i in range(9):
+        grads = torch.autograd.grad(net(x[i : i + 1]).sum(), list(net.parameters()))
+        rows_.append(torch.cat([g.reshape(-1) for g in grads]))
+    J = torch.stack(rows_)
+    lam = float(torch.linalg.eigvalsh(J @ J.T)[-1])
+    for net_kind in ("bottleneck", "bottleneck_lazy"):
+        parts = build_bottleneck(c.model_copy(update={"net": net_kind}), SeedStreams(0))
+        probe = parts.probes[-1][0]
+        got = probe(parts.model, type("Ctx", (), {"step": 0})())
+        assert got["stability.lr"] == pytest.approx(0.7 * 9 / lam, rel=1e-8), net_kind
+        assert got["stability.eta_lambda_over_N"] == pytest.approx(0.7, rel=1e-12)
+    assert runs_module.arm_lr(c.model_copy(update={"kernel_step": None, "lr": 0.3}), lam) == 0.3
+    with pytest.raises(ValueError, match="kernel_step"):
+        cfg(kernel_step=2.0)
+
+
+def row(net, n, seed, steps=math.nan, budget=4001.0, movement=1.0, d=4, lazy_ratio=math.nan,
+        sharp=1.0):  # fmt: skip
     reached = steps
     return {"run": f"{net}_{n}_{seed}", "net": net, "n": n, "d": d, "seed": seed,
             "status": "finished", "steps_to_target": reached,
             "steps_or_budget": budget if math.isnan(reached) else reached,
             "final mse": 1e-4, "movement": movement, "ntk change": 0.1,
-            "(lr/N) λ_max(Θ0)": 0.2, "MSE / limit's": lazy_ratio}  # fmt: skip
+            "(lr/N) λ_max(Θ0)": 0.5, "max (lr/N) λ_max(Θt)": sharp,
+            "MSE / limit's": lazy_ratio}  # fmt: skip
 
 
 def rows(b_steps=(2000, 2400, 2800), lazy_steps=(math.nan,) * 3, wide_move=(0.4, 0.2, 0.1),
-         wide_vs_limit=(0.9, 0.9, 0.9)):  # fmt: skip
+         wide_vs_limit=(0.9, 0.9, 0.9), sharp=(1.0, 1.0, 1.0)):  # fmt: skip
     out = []
     for s in range(3):
         out.append(row("kernel", 256, s, steps=6000.0, budget=8001.0))
         for n, st, lz in zip((128, 256, 512), b_steps, lazy_steps):
-            out.append(row("bottleneck", n, s, steps=float(st), movement=0.7 + 0.01 * n / 128))
+            out.append(row("bottleneck", n, s, steps=float(st), movement=0.7 + 0.01 * n / 128,
+                           sharp=sharp[s]))  # fmt: skip
             out.append(row("bottleneck_lazy", n, s, steps=lz))
         for n, m in zip((64, 128, 256), wide_move):
             out.append(row("wide", n, s, movement=m, budget=2001.0, lazy_ratio=wide_vs_limit[s]))
@@ -150,6 +184,14 @@ def test_a_lazy_twin_as_fast_makes_b1_inconclusive_and_a_slow_bottleneck_fails_i
     assert slow["b1"].status == "not held" and slow["b1"].measured == pytest.approx(4001 / 6000)
     flat = {x.claim.split(":")[0]: x for x in verdicts_from_rows(rows(wide_move=(0.3,) * 3))}
     assert flat["b3"].status == "not held" and flat["b3"].measured == pytest.approx(0.0, abs=1e-12)
+
+
+def test_a_bottleneck_run_at_the_edge_of_stability_makes_b1_inconclusive():
+    """b1 compares GD step counts, fair only while GD is stable along the run: a bottleneck
+    run whose (lr/N) λ_max(Θ_t) reaches 2 (edge of stability) makes b1 inconclusive."""
+    assert verdicts_from_rows(rows(sharp=(1.0, 1.99, 1.5)))[0].status == "held"
+    b1 = verdicts_from_rows(rows(sharp=(1.0, 2.0, 1.5)))[0]
+    assert b1.status == "inconclusive" and "edge of stability" in b1.reason
 
 
 def test_b3_is_inconclusive_unless_the_widest_all_wide_net_is_near_its_limit():
@@ -183,9 +225,11 @@ def test_presets_build_the_planned_runs():
     fast = build_runs(STUDY.preset("fast"))
     assert len(fast) == 3 * (1 + 3 + 2 * 3)
     by = {s.name: s for s in fast}
-    assert by["kernel_seed0"].config.loop.steps == 8000 and by["kernel_seed0"].group is None
+    assert by["kernel_seed0"].config.loop.steps == 5000 and by["kernel_seed0"].group is None
     assert by["bottleneck_d4_n512_seed2"].group == "bottleneck_d4_n512"
-    assert by["wide_n256_seed1"].config.loop.steps == 2000
+    assert by["bottleneck_d4_n512_seed2"].config.loop.steps == 3000
+    assert by["wide_n256_seed1"].config.loop.steps == 1200
+    assert {s.config.kernel_step for s in fast} == {0.25}
     assert {s.config.seed for s in build_runs(STUDY.preset("smoke"), seed=1000)} == {
         1000, 1001, 1002}  # fmt: skip
 
@@ -198,6 +242,10 @@ def test_smoke_killed_midway_resumes_and_ends_as_an_uninterrupted_run(tmp_path, 
     whole = STUDY.run(preset="smoke", out=tmp_path / "whole")
     data = json.loads((tmp_path / "whole" / "verdict.json").read_text())
     assert [c["claim"].split(":")[0] for c in data["claims"]] == ["b1", "b2", "b3"]
+    # every control fails its claim at smoke scale: the lazy twin is slower than half the
+    # limit's steps, the all-wide layer's spread over n in {16, 256} exceeds 1.5, the
+    # codes' slope is above -0.4
+    assert [c["control"]["status"] for c in data["claims"]] == ["not held"] * 3
     real, calls = runs_module.KernelGD.__call__, {"n": 0}
 
     def dies_at_step_100(self, *args):

@@ -29,6 +29,7 @@ __all__ = [
 ]
 
 B1_RATIO = 0.5  # S16: the bottleneck needs at most half the steps
+B1_EDGE = 2.0  # GD stability: (lr/N) lambda_max(Theta_t) < 2 along every bottleneck run
 B2_SPREAD = 1.5  # S16: codes move Theta(1): max / min over widths
 B2_FLOOR = 0.1  # and every width moves by >= 0.1 (else the spread is inf)
 B3_SLOPE = -0.4  # S16: all-wide movement ~ n^-1/2 (theory -0.5)
@@ -61,8 +62,18 @@ def measure_run(name: str, run: Run) -> dict[str, Any]:
         "movement": last_or_nan(run, "movement") if run.status == "finished" else NAN,
         "ntk change": last_or_nan(run, "ntk.relative_change"),
         "(lr/N) λ_max(Θ0)": last_or_nan(run, "stability.eta_lambda_over_N"),
+        "max (lr/N) λ_max(Θt)": _max_or_nan(run, "stability.sharpness"),
         "MSE / limit's": NAN,  # all-wide nets: set by analyze (laziness, b3's precondition)
     }  # fmt: skip
+
+
+def _max_or_nan(run: Run, key: str) -> float:
+    """Largest logged value of ``key`` (NaN: not logged)."""
+    try:
+        values = run.scalar(key).to_numpy()
+    except KeyError:
+        return NAN
+    return float(np.nanmax(values)) if len(values) else NAN
 
 
 def _mse_at(run: Run, step: int) -> float:
@@ -123,13 +134,18 @@ def verdicts_from_rows(rows: list[dict]) -> list[Verdict]:
 
     k_reached = [not math.isnan(k["steps_to_target"]) for k in kernel.values()]
     stab = [r["(lr/N) λ_max(Θ0)"] for r in rows]
+    edge = [r.get("max (lr/N) λ_max(Θt)", NAN) for s in bott.values() for r in s.values()]
+    edge_max = float(np.nanmax(edge)) if np.isfinite(edge).any() else NAN
     finished = all(r["status"] == "finished" for r in rows if r["net"] != "wide")
     b1_pre = Precondition(
-        "the analytic-NTK kernel GD reaches the target in every seed, GD is stable ((lr/N) "
-        f"λ_max < 2; max {np.nanmax(stab):.3g}) and every bottleneck and kernel run finished",
-        bool(k_reached and all(k_reached) and np.nanmax(stab) < 2 and finished),
+        "the analytic-NTK kernel GD reaches the target in every seed, GD is stable at init "
+        f"((lr/N) λ_max(Θ0) < 2; max {np.nanmax(stab):.3g}) and along every bottleneck run, "
+        f"off the edge of stability ((lr/N) λ_max(Θt) < {B1_EDGE:g} at every logged step; "
+        f"max {edge_max:.3g}), and every bottleneck and kernel run finished",
+        bool(k_reached and all(k_reached) and np.nanmax(stab) < 2 and finished
+             and not edge_max >= B1_EDGE),
         float(np.mean([k["steps_to_target"] for k in kernel.values()])) if kernel else NAN,
-    )
+    )  # fmt: skip
     move_pre = Precondition(
         "every net run finished (movement is read at the end)",
         all(r["status"] == "finished" for r in rows if r["net"] in ("wide", "bottleneck")),
@@ -155,7 +171,8 @@ def verdicts_from_rows(rows: list[dict]) -> list[Verdict]:
     return [
         judge(
             claim=f"b1: the bottleneck net (d={VERDICT_D}) reaches train MSE <= 1e-3 in at most "
-            "half the steps of the all-wide net's infinite-width limit (kernel GD, same lr)",
+            "half the steps of the all-wide net's infinite-width limit (kernel GD), each at the "
+            "same step in units of its own kernel at init (lr = c N / λ_max(Θ0))",
             metric="max over n of steps(bottleneck) / steps(analytic-NTK kernel GD); never = "
             "the budget + 1",
             per_seed={s: ratio(bott, s) for s in seeds},

@@ -23,7 +23,7 @@ from dynascope.probes.latent import latent_covariance_spectrum
 from dynascope.studies.engine_runs import EngineRunConfig
 from dynascope.train import Parts, SeedStreams, StepContext
 
-__all__ = ["BottleneckRun", "KernelGD", "build_bottleneck", "make_data", "make_net"]
+__all__ = ["BottleneckRun", "KernelGD", "arm_lr", "build_bottleneck", "make_data", "make_net"]
 
 Net = Literal["bottleneck", "wide", "kernel", "bottleneck_lazy"]
 
@@ -31,7 +31,10 @@ Net = Literal["bottleneck", "wide", "kernel", "bottleneck_lazy"]
 class BottleneckRun(EngineRunConfig):
     """One run: a net (``bottleneck``, ``wide``) trained by full-batch GD on sin(f u^T x), or a
     kernel-GD twin: ``kernel`` (the all-wide net's analytic infinite-width NTK, f_0 = 0) or
-    ``bottleneck_lazy`` (the bottleneck net's eNTK at init, f_0 = its initial output)."""
+    ``bottleneck_lazy`` (the bottleneck net's eNTK at init, f_0 = its initial output). Every arm
+    steps at ``lr = c N / lambda_max(Theta_0)`` of its own kernel at init (``kernel_step`` c =
+    0.25, fixed on calibration seeds 10000/20000 as the largest of 1, 1/2, 1/4 that kept every
+    run off the edge of stability; notes page), unless ``kernel_step=None`` (then ``lr``)."""
 
     net: Net = "bottleneck"
     width: int = Field(256, ge=1, description="n, the wide layers' width")
@@ -39,7 +42,14 @@ class BottleneckRun(EngineRunConfig):
     d_in: int = Field(16, ge=1)
     n_train: int = Field(256, ge=2, description="N training points")
     frequency: float = Field(3.0, gt=0, description="y = sin(frequency * u^T x)")
-    lr: float = Field(1.0, gt=0, description="GD step on the loss (1/2N) sum (F - y)^2")
+    lr: float = Field(1.0, gt=0, description="GD step on (1/2N) sum (F - y)^2 if kernel_step=None")
+    kernel_step: float | None = Field(
+        0.25,
+        gt=0,
+        lt=2,
+        description="c: each arm's lr = c N / lambda_max(Theta_0), its own kernel at init "
+        "(kernel-GD stability: c < 2); None: the fixed lr",
+    )
     mse_target: float = Field(1e-3, gt=0, description="train MSE (1/N) sum (F - y)^2 to reach")
     n_kernel: int = Field(64, ge=2, description="training points for the reported eNTK change")
     kernel_chunk: int = Field(32, ge=1, description="examples per eNTK Jacobian block")
@@ -88,16 +98,29 @@ class KernelGD:
         return 0.5 * mse, {"mse": mse}
 
 
+def arm_lr(config: BottleneckRun, lambda_max: float) -> float:
+    """The arm's GD step: ``c N / lambda_max(Theta_0)`` (``c = kernel_step``), or ``lr``."""
+    if config.kernel_step is None:
+        return config.lr
+    return config.kernel_step * config.n_train / lambda_max
+
+
 def _mse_loss(model: nn.Module, batch: dict[str, Tensor]):
     mse = (model(batch["x"])[:, 0] - batch["y"]).square().mean()
     return 0.5 * mse, {"mse": mse}
 
 
-def _lambda_max(model: MLP, x: Tensor, iters: int, generator: torch.Generator) -> Tensor:
-    """Top eigenvalue of the eNTK Gram ``J J^T`` ``[N, N]`` by power iteration (JVP/VJP)."""
+def _lambda_max(
+    model: MLP, x: Tensor, iters: int, generator: torch.Generator | None = None
+) -> Tensor:
+    """Top eigenvalue of the eNTK Gram ``J J^T`` ``[N, N]`` by power iteration (JVP/VJP), from
+    a random start (``generator``) or, without one, from the all-ones vector (deterministic)."""
     params = {k: p.detach() for k, p in model.named_parameters()}
     _, pullback = torch.func.vjp(lambda p: functional_call(model, p, (x,))[:, 0], params)
-    v = torch.randn(x.shape[0], generator=generator, dtype=x.dtype)
+    if generator is None:
+        v = torch.ones(x.shape[0], dtype=x.dtype, device=x.device)
+    else:
+        v = torch.randn(x.shape[0], generator=generator, dtype=x.dtype)
     v, value = v / v.norm(), torch.zeros((), dtype=x.dtype)
     for _ in range(iters):
         tv = torch.func.jvp(lambda p: functional_call(model, p, (x,))[:, 0], (params,),
@@ -127,12 +150,13 @@ def build_bottleneck(config: BottleneckRun, streams: SeedStreams) -> Parts:
             f0 = net(x)[:, 0].detach()
         model = nn.Module()
         model.f = nn.Parameter(f0.clone())
-        lam = float(torch.linalg.eigvalsh(K.double())[-1]) * config.lr / N
+        lam_max = float(torch.linalg.eigvalsh(K.double())[-1])
+        lr = arm_lr(config, lam_max)
 
         def stability(model: nn.Module, ctx: object) -> dict:
-            return {"stability.eta_lambda_over_N": lam}
+            return {"stability.eta_lambda_over_N": lr * lam_max / N, "stability.lr": lr}
 
-        return Parts(model=model, data={}, step=KernelGD(K, y, config.lr),
+        return Parts(model=model, data={}, step=KernelGD(K, y, lr),
                      probes=[(stability, EveryN(config.loop.steps))])  # fmt: skip
     net = make_net(config, streams.generator("model"), dtype)
     with torch.no_grad():
@@ -140,23 +164,32 @@ def build_bottleneck(config: BottleneckRun, streams: SeedStreams) -> Parts:
     xk = x[: config.n_kernel]
     fn, params = model_function(net)
     K0 = empirical_ntk(fn, params, xk, chunk_size=config.kernel_chunk)[..., 0, 0]
-    lam = _lambda_max(net, x, config.power_iters, streams.generator("power")) * config.lr / N
+    lam_max = float(_lambda_max(net, x, config.power_iters, streams.generator("power")))
+    lr = arm_lr(config, lam_max)
 
     @torch.no_grad()
     def movement(model: MLP, ctx: object) -> dict:
         pre = model.preactivations(x.to(pre0[0]))[:-1]
-        return {"movement.layers": torch.stack([(a - b).norm() / b.norm() for a, b in
-                                                zip(pre, pre0)])}  # fmt: skip
+        out = {"movement.layers": torch.stack([(a - b).norm() / b.norm() for a, b in
+                                               zip(pre, pre0)])}  # fmt: skip
+        if config.net == "bottleneck":  # cheap here: the sharpness along training
+            out["stability.sharpness"] = sharpness(model)
+        return out
+
+    def sharpness(model: MLP) -> Tensor:
+        """``(lr/N) lambda_max(Theta_t)``: GD is stable on the kernel while this is < 2."""
+        return _lambda_max(model, x.to(pre0[0]), config.power_iters) * lr / N
 
     def final(model: MLP, ctx: object) -> dict:
         with torch.no_grad():
             pre = model.preactivations(x.to(pre0[0]))[:-1]
         if getattr(ctx, "step", 0) == 0:
-            return {"stability.eta_lambda_over_N": lam,
+            return {"stability.eta_lambda_over_N": lr * lam_max / N, "stability.lr": lr,
                     "coord.l1.init": torch.stack([a.abs().mean() for a in pre])}  # fmt: skip
         fn, params = model_function(model)
         out = {
             "movement": (pre[1] - pre0[1]).norm() / pre0[1].norm(),
+            "stability.sharpness": sharpness(model),
             "coord.l1.final": torch.stack([a.abs().mean() for a in pre]),
             "ntk.relative_change": ntk_relative_change(
                 empirical_ntk(fn, params, xk.to(pre0[0]), chunk_size=config.kernel_chunk)[
@@ -171,7 +204,7 @@ def build_bottleneck(config: BottleneckRun, streams: SeedStreams) -> Parts:
         model=net,
         data={"x": x, "y": y},
         loss=_mse_loss,
-        optimizer=lambda m: torch.optim.SGD(m.parameters(), lr=config.lr),
+        optimizer=lambda m: torch.optim.SGD(m.parameters(), lr=lr),
         probes=[
             (movement, LogSchedule(steps, config.log_points)),
             (final, EveryN(steps)),

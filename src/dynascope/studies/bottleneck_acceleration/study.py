@@ -17,8 +17,8 @@ __all__ = ["CLAIM", "SOURCE", "STUDY", "BottleneckPreset", "build_runs"]
 CLAIM = (
     "In a wide NTK-parametrized net, one finite bottleneck learns features (its codes move by "
     "O(1) at every width) and trains at least twice as fast as the all-wide net's infinite-width "
-    "limit (kernel GD with its NTK), while the all-wide net's hidden features freeze as "
-    "width^-1/2."
+    "limit (kernel GD with its NTK), each at the same GD step in units of its own kernel at init, "
+    "while the all-wide net's hidden features freeze as width^-1/2."
 )
 SOURCE = (
     "Littwin, Saremi, Zhai, Thilak, Goh, Susskind, Yang, 'Implicit Acceleration and Feature "
@@ -35,9 +35,9 @@ class BottleneckPreset(BaseModel):
     widths: list[int] = Field(min_length=2, description="n of the bottleneck nets")
     wide_widths: list[int] = Field(min_length=2, description="n of the all-wide nets")
     bottlenecks: list[int] = Field(default_factory=lambda: [4], min_length=1)
-    steps: int = Field(4000, ge=1, description="bottleneck nets and their lazy twins")
-    wide_steps: int = Field(2000, ge=1, description="all-wide nets (movement vs width)")
-    kernel_steps: int = Field(8000, ge=1, description="the analytic-NTK kernel GD")
+    steps: int = Field(3000, ge=1, description="bottleneck nets and their lazy twins")
+    wide_steps: int = Field(1200, ge=1, description="all-wide nets (movement vs width)")
+    kernel_steps: int = Field(5000, ge=1, description="the analytic-NTK kernel GD")
     seeds: int = Field(3, ge=1)
 
 
@@ -46,25 +46,27 @@ def _loop(steps: int, device: str = "cpu") -> Loop:
 
 
 def smoke() -> BottleneckPreset:
-    """Seconds: n in {32, 64} (all-wide {16, 32}), N = 32, 60 steps (kernel GD 120), 3 seeds."""
+    """Seconds: n in {32, 64} (all-wide {16, 256}), N = 32, 200 steps (all-wide 120, kernel GD
+    800), 3 seeds."""
     base = BottleneckRun(loop=_loop(1), n_train=32, n_kernel=16, log_points=10, power_iters=10)
-    return BottleneckPreset(base=base, widths=[32, 64], wide_widths=[16, 32], steps=60,
-                            wide_steps=60, kernel_steps=120)  # fmt: skip
+    return BottleneckPreset(base=base, widths=[32, 64], wide_widths=[16, 256], steps=200,
+                            wide_steps=120, kernel_steps=800)  # fmt: skip
 
 
 def fast() -> BottleneckPreset:
-    """Bottleneck n in {128, 256, 512} for 4k steps, all-wide n in {64, 128, 256} for 2k steps,
-    the analytic-NTK kernel GD for 8k steps (it reaches MSE 1e-3 at 5.8k-6.8k), 3 seeds."""
+    """Every arm at lr = 0.25 N / λ_max(Θ0): bottleneck n in {128, 256, 512} for 3k steps,
+    all-wide n in {64, 128, 256} for 1.2k, the analytic-NTK kernel GD for 5k, 3 seeds."""
     return BottleneckPreset(base=BottleneckRun(loop=_loop(1)), widths=[128, 256, 512],
                             wide_widths=[64, 128, 256])  # fmt: skip
 
 
 def paper() -> BottleneckPreset:
-    """GPU: n in {256, 1024, 4096, 16384}, d in {1, 2, 4, 8}, 3 seeds (eNTK blocks of 4)."""
+    """GPU: n in {256, 1024, 4096, 16384} (all-wide up to 4096, 1.2k steps as in fast), d in
+    {1, 2, 4, 8}, 3 seeds (eNTK blocks of 4)."""
     base = BottleneckRun(loop=_loop(1, "cuda"), kernel_chunk=4)
     return BottleneckPreset(base=base, widths=[256, 1024, 4096, 16384],
                             wide_widths=[256, 1024, 4096], bottlenecks=[1, 2, 4, 8],
-                            steps=8000, wide_steps=8000, kernel_steps=16000)  # fmt: skip
+                            steps=8000, wide_steps=1200, kernel_steps=16000)  # fmt: skip
 
 
 def build_runs(preset: BottleneckPreset, seed: int = 0) -> list[RunSpec]:
