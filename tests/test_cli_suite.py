@@ -38,6 +38,8 @@ def assert_one_line_error(result, pattern: str) -> None:
 @pytest.fixture
 def stub_registry(monkeypatch):
     monkeypatch.syspath_prepend(str(HERE))
+    # output as piped to a file (as wide as its content), whatever the test runner's COLUMNS
+    monkeypatch.delenv("COLUMNS", raising=False)
     stub = importlib.import_module("_stub_study")
     registry = {
         "stub-a": stub.make_study(("ok", "ok"), name="stub-a"),

@@ -559,14 +559,17 @@ def _status_markup(status: str | None) -> str:
     return _STATUS_STYLE.get(status, f"[yellow]{status}[/]")
 
 
+_SUITE_WRAPPING = ("claim", "spread", "control")  # the suite table's free-text columns
+
+
 def _print_suite(suite_dir: Path, names: list[str], preset: str) -> None:
     from dynascope.report.suite import suite_rows
 
     rows = suite_rows(suite_dir, names, preset)
     table = Table(title=f"suite ({preset}): {suite_dir}")
     columns = ("study", "claim", "status", "measured", "threshold", "spread", "control", "seconds")
-    for column in columns:
-        table.add_column(column, overflow="fold")
+    for column in columns:  # names and numbers never fold, even in a narrow terminal
+        table.add_column(column, overflow="fold", no_wrap=column not in _SUITE_WRAPPING)
     for r in rows:
         measured, seconds = (
             "" if math.isnan(c) else f"{c:.4g}" for c in (r["measured"], r["seconds"])
