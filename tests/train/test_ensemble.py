@@ -183,6 +183,14 @@ def test_a_loss_calling_the_model_on_other_inputs_runs_its_forward(tmp_path):
     CountingFCN.calls = 0
     Engine(_members(tmp_path, "ens", [0, 1]), build, _loop()).run()
     assert CountingFCN.calls > 0  # the fallback: the model's forward, vectorized with vmap
+    stack = Engine(_members(tmp_path, "again", [0, 1]), build, _loop()).stack
+    assert stack is not None and stack._forward is not None
+    batches = [build(SeedStreams(s)).data for s in (0, 1)]
+    batches = [
+        {k: v.double() if v.is_floating_point() else v for k, v in b.items()} for b in batches
+    ]
+    stack.losses(build(SeedStreams(0)).loss, batches)
+    assert stack._forward is None  # unused after one step: not computed again
     for s in [0, 1]:
         _assert_runs_close(tmp_path / f"lone{s}", tmp_path / f"ens{s}", rtol=1e-12)
 

@@ -24,7 +24,8 @@ forward on the stack directly, outside vmap, as batched matrix products (``torch
 (it is the user's function), and the model's call on the member's ``batch["x"]`` inside it
 returns that member's slice of the batched output; any other call runs the model's own
 forward under vmap. So the batched path changes where the forward is computed, not what
-the loss means.
+the loss means. A loss that never calls the model on ``batch["x"]`` itself (it reshapes it
+first, say) turns the batched path off after its first step.
 
 Adam: :class:`StackedAdam` is Adam (and AdamW) written for the stack, with ε a ``[K]``
 vector (one per member; a sweep over ε is one ensemble) and otherwise torch's update, so that
@@ -98,12 +99,14 @@ def members_forward(model: nn.Module) -> MembersForward | None:
 
 
 @contextlib.contextmanager
-def _output_given(model: nn.Module, x: Tensor, output: Tensor) -> Iterator[None]:
-    """Inside, ``model(x)`` returns ``output`` (computed already, batched); other calls run."""
+def _output_given(model: nn.Module, x: Tensor, output: Tensor, used: list[bool]) -> Iterator[None]:
+    """Inside, ``model(x)`` returns ``output`` (computed already, batched) and sets
+    ``used[0]``; other calls run the model's forward."""
     own = model.forward
 
     def forward(*args: Any, **kwargs: Any) -> Any:
         if len(args) == 1 and not kwargs and args[0] is x:
+            used[0] = True
             return output
         return own(*args, **kwargs)
 
@@ -332,11 +335,13 @@ class Stack:
         wrapper = self._wrapper
         batch = {key: torch.stack([b[key] for b in batches]) for key in batches[0]}
 
+        used = [False]
+
         def one(params, buffers, member_batch, *member_output):
             state = {f"model.{n}": t for n, t in {**params, **buffers}.items()}
             given = contextlib.nullcontext()
             if member_output:
-                given = _output_given(wrapper.model, member_batch["x"], member_output[0])
+                given = _output_given(wrapper.model, member_batch["x"], member_output[0], used)
             with given:
                 out = functional_call(wrapper, state, (member_batch,))
             loss, metrics = out if isinstance(out, tuple) else (out, {})
@@ -344,8 +349,14 @@ class Stack:
 
         outputs = ()
         if self._forward is not None and "x" in batch:
-            outputs = (self._forward(self.params, batch["x"]),)  # [K, batch, ...]
-        return vmap(one)(self.params, self.buffers, batch, *outputs)
+            try:
+                outputs = (self._forward(self.params, batch["x"]),)  # [K, batch, ...]
+            except ValueError:  # batch["x"] is not the model's input
+                self._forward = None
+        result = vmap(one)(self.params, self.buffers, batch, *outputs)
+        if outputs and not used[0]:  # the loss calls the model on something else: stop
+            self._forward = None
+        return result
 
     def step(self, max_norm: float | None, frozen: Sequence[int]) -> None:
         """Clip per member, step the optimizer, apply LR scales, keep frozen members still."""
