@@ -218,30 +218,38 @@ class StackedAdam(torch.optim.Optimizer):
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
             lr, decay = group["lr"], group["weight_decay"]
-            eps = torch.tensor(group["eps"], dtype=torch.float64)  # [K]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if not state:
-                    state["step"] = torch.tensor(0.0, dtype=_scalar_dtype())
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                grad, exp_avg, exp_avg_sq = p.grad, state["exp_avg"], state["exp_avg_sq"]
-                state["step"] += 1
-                t = state["step"].item()
-                if decay != 0:
-                    if group["decoupled_weight_decay"]:
-                        p.mul_(1 - lr * decay)
-                    else:
-                        grad = grad.add(p, alpha=decay)
-                exp_avg.lerp_(grad, 1 - beta1)
-                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                step_size = lr / (1 - beta1**t)
-                bias_correction2_sqrt = (1 - beta2**t) ** 0.5
-                member_eps = eps.to(p).view(-1, *([1] * (p.dim() - 1)))  # [K, 1, ...]
-                denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(member_eps)
-                p.addcdiv_(exp_avg, denom, value=-step_size)
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            for p in params:
+                if not self.state[p]:
+                    self.state[p]["step"] = torch.tensor(0.0, dtype=_scalar_dtype())
+                    for key in ("exp_avg", "exp_avg_sq"):
+                        self.state[p][key] = torch.zeros_like(
+                            p, memory_format=torch.preserve_format
+                        )
+            states = [self.state[p] for p in params]
+            grads = [p.grad for p in params]
+            exp_avgs = [st["exp_avg"] for st in states]
+            exp_avg_sqs = [st["exp_avg_sq"] for st in states]
+            steps = [st["step"] for st in states]
+            # the same per-tensor arithmetic as torch's single-tensor Adam, op by op over lists
+            torch._foreach_add_(steps, 1)
+            t = [s.item() for s in steps]
+            if decay != 0:
+                if group["decoupled_weight_decay"]:
+                    torch._foreach_mul_(params, 1 - lr * decay)
+                else:
+                    grads = torch._foreach_add(grads, params, alpha=decay)
+            torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+            torch._foreach_mul_(exp_avg_sqs, beta2)
+            torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
+            eps = torch.tensor(group["eps"], dtype=params[0].dtype, device=params[0].device)
+            member_eps = [eps.view(-1, *([1] * (p.dim() - 1))) for p in params]  # [K, 1, ...]
+            denom = torch._foreach_sqrt(exp_avg_sqs)
+            torch._foreach_div_(denom, [(1 - beta2**ti) ** 0.5 for ti in t])
+            torch._foreach_add_(denom, member_eps)
+            torch._foreach_addcdiv_(params, exp_avgs, denom, [-lr / (1 - beta1**ti) for ti in t])
         return loss
 
 
