@@ -15,17 +15,19 @@ vectorized with ``torch.func.vmap`` over ``torch.func.functional_call``; member 
 depends only on member k's parameters and batch. What differs is rounding: batched matrix
 products may sum in another order (float64 agreement is ~1e-15 per step).
 
-Batched layers: vmap dispatches every op of the forward through its batching rules, which for
+Batched layers: vmap dispatches every op of the loss through its batching rules, which for
 a small model costs more than the arithmetic. A model made of dense layers therefore runs its
-forward on the stack directly, outside vmap, as batched matrix products (``torch.baddbmm`` on
+forward on the stack directly as batched matrix products (``torch.baddbmm`` on
 ``[K, d_in, d_out]`` weights and ``[K, 1, d_out]`` biases): a model with a
 ``forward_members(params, x)`` method (:class:`~dynascope.nn.fcn.FCN`), or an
-``nn.Sequential`` of ``nn.Linear`` and elementwise activations. The loss still runs under vmap
-(it is the user's function), and the model's call on the member's ``batch["x"]`` inside it
-returns that member's slice of the batched output; any other call runs the model's own
-forward under vmap. So the batched path changes where the forward is computed, not what
-the loss means. A loss that never calls the model on ``batch["x"]`` itself (it reshapes it
-first, say) turns the batched path off after its first step.
+``nn.Sequential`` of ``nn.Linear`` and elementwise activations. The loss (the user's
+function) then runs once per member, without vmap: with member k's slices of the stack put in
+the model's parameters (so anything the loss reads from the model is member k's, and its
+gradients reach the stack) and with the model's call on member k's ``batch["x"]`` answered by
+member k's slice of the batched output. Any other call runs the model's forward on member k's
+parameters, so the path changes where the forward is computed, not what the loss means. A loss
+that never calls the model on ``batch["x"]`` itself (it reshapes it first, say) goes back to
+vmap after its first step.
 
 Adam: :class:`StackedAdam` is Adam (and AdamW) written for the stack, with ε a ``[K]``
 vector (one per member; a sweep over ε is one ensemble) and otherwise torch's update, so that
@@ -96,6 +98,40 @@ def members_forward(model: nn.Module) -> MembersForward | None:
         return h
 
     return forward
+
+
+_Slot = tuple[nn.Module, str, str, str]  # (module, "_parameters"/"_buffers", leaf, stack name)
+
+
+def _tensor_slots(model: nn.Module) -> list[_Slot]:
+    """Where each parameter and buffer of ``model`` sits, tied aliases included, with the name
+    of its stacked tensor (``stack_module_state`` keeps one name per tied tensor)."""
+    canonical = {id(t): n for n, t in [*model.named_parameters(), *model.named_buffers()]}
+    slots = []
+    for kind, named in (
+        ("_parameters", model.named_parameters(remove_duplicate=False)),
+        ("_buffers", model.named_buffers(remove_duplicate=False)),
+    ):
+        for name, t in named:
+            prefix, _, leaf = name.rpartition(".")
+            slots.append((model.get_submodule(prefix), kind, leaf, canonical[id(t)]))
+    return slots
+
+
+@contextlib.contextmanager
+def _member_tensors(
+    slots: Sequence[_Slot], slices: Mapping[str, Sequence[Tensor]], k: int
+) -> Iterator[None]:
+    """Inside, the model's parameters and buffers are member ``k``'s slices of the stack (so
+    gradients reach the stack); the module's own tensors are put back on exit."""
+    own = [getattr(module, kind)[leaf] for module, kind, leaf, _ in slots]
+    for module, kind, leaf, name in slots:
+        getattr(module, kind)[leaf] = slices[name][k]
+    try:
+        yield
+    finally:
+        for (module, kind, leaf, _), tensor in zip(slots, own, strict=True):
+            getattr(module, kind)[leaf] = tensor
 
 
 @contextlib.contextmanager
@@ -291,6 +327,7 @@ class Stack:
         self.lr_scales = None if bool((scales == 1).all()) else scales
         self._wrapper: _LossCall | None = None
         self._forward = members_forward(self.models[0])  # batched layers, if the model has them
+        self._slots = _tensor_slots(self.models[0])
 
     def _stacked_optimizer(self, built: list[torch.optim.Optimizer]) -> torch.optim.Optimizer:
         first = built[0]
@@ -335,36 +372,54 @@ class Stack:
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """Each member's loss on its own batch: ``([K], {key: [K]})``.
 
-        With batched layers (module docstring) the model's output on ``batch["x"]`` is
-        computed once for all members, outside vmap, and handed to the vmapped loss.
+        With batched layers (module docstring) the members' outputs on ``batch["x"]`` are
+        computed at once and the loss runs per member on them; otherwise the loss is
+        vectorized over members with vmap.
         """
+        if self._forward is not None and "x" in batches[0]:
+            result = self._batched_losses(loss_fn, batches)
+            if result is not None:
+                return result
         if self._wrapper is None or self._wrapper.loss_fn is not loss_fn:
             self._wrapper = _LossCall(self.models[0], loss_fn)
         wrapper = self._wrapper
         batch = {key: torch.stack([b[key] for b in batches]) for key in batches[0]}
 
-        used = [False]
-
-        def one(params, buffers, member_batch, *member_output):
+        def one(params, buffers, member_batch):
             state = {f"model.{n}": t for n, t in {**params, **buffers}.items()}
-            given = contextlib.nullcontext()
-            if member_output:
-                given = _output_given(wrapper.model, member_batch["x"], member_output[0], used)
-            with given:
-                out = functional_call(wrapper, state, (member_batch,))
+            out = functional_call(wrapper, state, (member_batch,))
             loss, metrics = out if isinstance(out, tuple) else (out, {})
             return loss, dict(metrics)
 
-        outputs = ()
-        if self._forward is not None and "x" in batch:
-            try:
-                outputs = (self._forward(self.params, batch["x"]),)  # [K, batch, ...]
-            except ValueError:  # batch["x"] is not the model's input
-                self._forward = None
-        result = vmap(one)(self.params, self.buffers, batch, *outputs)
-        if outputs and not used[0]:  # the loss calls the model on something else: stop
+        return vmap(one)(self.params, self.buffers, batch)
+
+    def _batched_losses(
+        self, loss_fn: Callable, batches: Sequence[Mapping[str, Tensor]]
+    ) -> tuple[Tensor, dict[str, Tensor]] | None:
+        """The batched-layers path; ``None`` (and the path off) if ``batch["x"]`` is not the
+        model's input."""
+        assert self._forward is not None
+        try:
+            outputs = self._forward(self.params, torch.stack([b["x"] for b in batches]))
+        except ValueError:
             self._forward = None
-        return result
+            return None
+        model, used = self.models[0], [False]
+        slices = {n: t.unbind(0) for n, t in {**self.params, **self.buffers}.items()}
+        losses, metrics = [], []
+        for k, batch in enumerate(batches):  # member k's slices in the model, its output given
+            with _member_tensors(self._slots, slices, k):
+                with _output_given(model, batch["x"], outputs[k], used):
+                    out = loss_fn(model, batch)
+            loss, member_metrics = out if isinstance(out, tuple) else (out, {})
+            losses.append(loss)
+            metrics.append(member_metrics)
+        if not used[0]:  # the loss calls the model on something else: vmap from now on
+            self._forward = None  # (these losses are right: each ran the model's forward)
+        stacked = {
+            key: torch.stack([torch.as_tensor(m[key]) for m in metrics]) for key in metrics[0]
+        }
+        return torch.stack(losses), stacked
 
     def step(self, max_norm: float | None, frozen: Sequence[int]) -> None:
         """Clip per member, step the optimizer, apply LR scales, keep frozen members still."""
