@@ -26,8 +26,8 @@ the model's parameters (so anything the loss reads from the model is member k's,
 gradients reach the stack) and with the model's call on member k's ``batch["x"]`` answered by
 member k's slice of the batched output. Any other call runs the model's forward on member k's
 parameters, so the path changes where the forward is computed, not what the loss means. A loss
-that never calls the model on ``batch["x"]`` itself (it reshapes it first, say) goes back to
-vmap after its first step.
+that never calls the model on ``batch["x"]`` itself (it reshapes it first, say) is vectorized
+with vmap instead, from its first step on.
 
 Adam: :class:`StackedAdam` is Adam (and AdamW) written for the stack, with ε a ``[K]``
 vector (one per member; a sweep over ε is one ensemble) and otherwise torch's update, so that
@@ -396,8 +396,8 @@ class Stack:
     def _batched_losses(
         self, loss_fn: Callable, batches: Sequence[Mapping[str, Tensor]]
     ) -> tuple[Tensor, dict[str, Tensor]] | None:
-        """The batched-layers path; ``None`` (and the path off) if ``batch["x"]`` is not the
-        model's input."""
+        """The batched-layers path; ``None`` (and the path off for good) if ``batch["x"]`` is
+        not the model's input or the loss never calls the model on it."""
         assert self._forward is not None
         try:
             outputs = self._forward(self.params, torch.stack([b["x"] for b in batches]))
@@ -414,8 +414,9 @@ class Stack:
             loss, member_metrics = out if isinstance(out, tuple) else (out, {})
             losses.append(loss)
             metrics.append(member_metrics)
-        if not used[0]:  # the loss calls the model on something else: vmap from now on
-            self._forward = None  # (these losses are right: each ran the model's forward)
+        if not used[0]:  # the loss calls the model on something else: vmap, from this step on
+            self._forward = None  # (so a run's every step rounds alike, a resumed one too)
+            return None
         stacked = {
             key: torch.stack([torch.as_tensor(m[key]) for m in metrics]) for key in metrics[0]
         }
