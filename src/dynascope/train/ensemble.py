@@ -377,7 +377,7 @@ class Stack:
         vectorized over members with vmap.
         """
         if self._forward is not None and "x" in batches[0]:
-            result = self._batched_losses(loss_fn, batches)
+            result = self._batched_losses(self._forward, loss_fn, batches)
             if result is not None:
                 return result
         if self._wrapper is None or self._wrapper.loss_fn is not loss_fn:
@@ -394,13 +394,12 @@ class Stack:
         return vmap(one)(self.params, self.buffers, batch)
 
     def _batched_losses(
-        self, loss_fn: Callable, batches: Sequence[Mapping[str, Tensor]]
+        self, forward: MembersForward, loss_fn: Callable, batches: Sequence[Mapping[str, Tensor]]
     ) -> tuple[Tensor, dict[str, Tensor]] | None:
         """The batched-layers path; ``None`` (and the path off for good) if ``batch["x"]`` is
         not the model's input or the loss never calls the model on it."""
-        assert self._forward is not None
         try:
-            outputs = self._forward(self.params, torch.stack([b["x"] for b in batches]))
+            outputs = forward(self.params, torch.stack([b["x"] for b in batches]))
         except ValueError:
             self._forward = None
             return None
