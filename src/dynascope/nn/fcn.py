@@ -33,7 +33,7 @@ References:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import torch
@@ -126,6 +126,40 @@ class FCN(nn.Module):
         for block in self.blocks:
             h = act(torch.addmm(block.b, h, block.W))  # h @ W + b: [batch, d_{i+1}]
         return torch.addmm(self.b_U, h, self.W_U)  # h @ W_U + b_U: [batch, d_out]
+
+    def forward_members(self, params: Mapping[str, Tensor], x: Tensor) -> Tensor:
+        """K members' logits ``[K, batch, d_out]`` at once, from their stacked parameters.
+
+        The forward of :meth:`forward` for each member ``k`` (``params[name][k]``), computed
+        with batched matrix products; an ensemble (:mod:`dynascope.train.ensemble`) uses it
+        instead of vectorizing :meth:`forward` with vmap.
+
+        Args:
+            params: every parameter by its name here, stacked: ``blocks.i.W`` ``[K, d_i,
+                d_{i+1}]``, ``blocks.i.b`` ``[K, d_{i+1}]``, ``W_U`` ``[K, d_L, d_out]``,
+                ``b_U`` ``[K, d_out]``.
+            x: inputs ``[K, batch, d_in]`` or ``[K, batch, n_ctx, d_patch]``, member k's in
+                ``x[k]``.
+        Returns:
+            Logits ``[K, batch, d_out]``.
+        Raises:
+            ValueError: if ``x`` has fewer than 3 dimensions or its flattened width is not
+                ``d_in``.
+        """
+        if x.ndim < 3:
+            raise ValueError(
+                f"x must be [K, batch, d_in] or [K, batch, n_ctx, d_patch] (got {x.ndim}-D)"
+            )
+        h = x.reshape(x.shape[0], x.shape[1], -1)  # [K, batch, d_in]
+        if h.shape[2] != self.d_in:
+            raise ValueError(
+                f"x must flatten to d_in={self.d_in} values per input (got x.shape={list(x.shape)})"
+            )
+        act = _ACTIVATIONS[self.activation]
+        for i in range(len(self.blocks)):
+            W, b = params[f"blocks.{i}.W"], params[f"blocks.{i}.b"]
+            h = act(torch.baddbmm(b[:, None], h, W))  # h @ W + b: [K, batch, d_{i+1}]
+        return torch.baddbmm(params["b_U"][:, None], h, params["W_U"])  # [K, batch, d_out]
 
     def extra_repr(self) -> str:
         return (

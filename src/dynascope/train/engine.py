@@ -34,7 +34,8 @@ functional update of a parameter dict) is a ``Parts.step(model, batch, ctx)`` in
 **Ensembles.** :class:`Engine` with K > 1 members (:class:`Member`: a run directory, a seed,
 the config that run's ``config.yaml`` holds, a learning-rate scale) trains K models of the same
 architecture as one: their parameters stacked ``[K, ...]`` (``torch.func.stack_module_state``),
-the loss vectorized over members (``torch.func.vmap`` over ``functional_call``), one optimizer
+the loss vectorized over members (``torch.func.vmap`` over ``functional_call``; dense-layer
+models: batched layers, :mod:`~dynascope.train.ensemble`), one optimizer
 over the stacked tensors. Every optimizer dynascope uses (SGD with momentum, Adam, AdamW) is
 elementwise, so one step on the stack is K independent steps; gradient clipping is per member
 (each member's global norm, as ``clip_grad_norm_``), a member's ``lr_scale`` multiplies its

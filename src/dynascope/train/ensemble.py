@@ -1,5 +1,5 @@
 """K models of one architecture trained as one: stacked parameters, a vectorized loss, one
-elementwise optimizer, per-member clipping, learning-rate scales and freezing.
+elementwise optimizer, per-member clipping, learning-rate scales, Adam's ε and freezing.
 
 Glossary:
     K:        number of members.
@@ -15,14 +15,37 @@ vectorized with ``torch.func.vmap`` over ``torch.func.functional_call``; member 
 depends only on member k's parameters and batch. What differs is rounding: batched matrix
 products may sum in another order (float64 agreement is ~1e-15 per step).
 
+Batched layers: vmap dispatches every op of the loss through its batching rules, which for
+a small model costs more than the arithmetic. A model made of dense layers therefore runs its
+forward on the stack directly as batched matrix products (``torch.baddbmm`` on
+``[K, d_in, d_out]`` weights and ``[K, 1, d_out]`` biases): a model with a
+``forward_members(params, x)`` method (:class:`~dynascope.nn.fcn.FCN`), or an
+``nn.Sequential`` of ``nn.Linear`` and elementwise activations. The loss (the user's
+function) then runs once per member, without vmap: with member k's slices of the stack put in
+the model's parameters (so anything the loss reads from the model is member k's, and its
+gradients reach the stack) and with the model's call on member k's ``batch["x"]`` answered by
+member k's slice of the batched output. Any other call runs the model's forward on member k's
+parameters, so the path changes where the forward is computed, not what the loss means. A loss
+that never calls the model on ``batch["x"]`` itself (it reshapes it first, say) is vectorized
+with vmap instead, from its first step on.
+
+Adam: :class:`StackedAdam` is Adam (and AdamW) written for the stack, with ε a ``[K]``
+vector (one per member; a sweep over ε is one ensemble) and otherwise torch's update, so that
+member k equals a lone ``torch.optim.Adam(eps=eps_k)`` run.
+
 References:
     PyTorch, "Model ensembling" (torch.func.stack_module_state, functional_call, vmap).
+    Kingma & Ba (2015), "Adam: A Method for Stochastic Optimization", arXiv 1412.6980,
+    Algorithm 1 (in the form of ``torch.optim.Adam``: ε added to the bias-corrected
+    ``sqrt(v_t)``); Loshchilov & Hutter (2019), arXiv 1711.05101 (decoupled weight decay).
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -31,7 +54,7 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from dynascope.config import ConfigError
 
-__all__ = ["Stack"]
+__all__ = ["Stack", "StackedAdam", "members_forward"]
 
 
 class _LossCall(nn.Module):
@@ -47,6 +70,89 @@ class _LossCall(nn.Module):
         return self.loss_fn(self.model, batch)
 
 
+MembersForward = Callable[[Mapping[str, Tensor], Tensor], Tensor]
+_ELEMENTWISE = (nn.ReLU, nn.Tanh, nn.GELU, nn.Sigmoid, nn.SiLU, nn.Identity)
+
+
+def members_forward(model: nn.Module) -> MembersForward | None:
+    """The model's forward on stacked parameters, ``f(params, x[K, batch, ...]) -> [K, batch,
+    ...]``, if it has one: its own ``forward_members`` method, or batched ``nn.Linear`` layers
+    for an ``nn.Sequential`` of ``nn.Linear`` and elementwise activations; else ``None``."""
+    own = getattr(model, "forward_members", None)
+    if callable(own):
+        return own
+    if not isinstance(model, nn.Sequential) or not any(isinstance(m, nn.Linear) for m in model):
+        return None
+    if not all(isinstance(m, (nn.Linear, *_ELEMENTWISE)) for m in model):
+        return None
+
+    def forward(params: Mapping[str, Tensor], x: Tensor) -> Tensor:
+        h = x  # [K, batch, d_in]
+        for name, layer in model.named_children():
+            if not isinstance(layer, nn.Linear):
+                h = layer(h)  # elementwise
+                continue
+            weight = params[f"{name}.weight"].transpose(1, 2)  # [K, out, in] -> [K, in, out]
+            bias = params.get(f"{name}.bias")
+            h = torch.bmm(h, weight) if bias is None else torch.baddbmm(bias[:, None], h, weight)
+        return h
+
+    return forward
+
+
+_Slot = tuple[nn.Module, str, str, str]  # (module, "_parameters"/"_buffers", leaf, stack name)
+
+
+def _tensor_slots(model: nn.Module) -> list[_Slot]:
+    """Where each parameter and buffer of ``model`` sits, tied aliases included, with the name
+    of its stacked tensor (``stack_module_state`` keeps one name per tied tensor)."""
+    canonical = {id(t): n for n, t in [*model.named_parameters(), *model.named_buffers()]}
+    slots = []
+    for kind, named in (
+        ("_parameters", model.named_parameters(remove_duplicate=False)),
+        ("_buffers", model.named_buffers(remove_duplicate=False)),
+    ):
+        for name, t in named:
+            prefix, _, leaf = name.rpartition(".")
+            slots.append((model.get_submodule(prefix), kind, leaf, canonical[id(t)]))
+    return slots
+
+
+@contextlib.contextmanager
+def _member_tensors(
+    slots: Sequence[_Slot], slices: Mapping[str, Sequence[Tensor]], k: int
+) -> Iterator[None]:
+    """Inside, the model's parameters and buffers are member ``k``'s slices of the stack (so
+    gradients reach the stack); the module's own tensors are put back on exit."""
+    own = [getattr(module, kind)[leaf] for module, kind, leaf, _ in slots]
+    for module, kind, leaf, name in slots:
+        getattr(module, kind)[leaf] = slices[name][k]
+    try:
+        yield
+    finally:
+        for (module, kind, leaf, _), tensor in zip(slots, own, strict=True):
+            getattr(module, kind)[leaf] = tensor
+
+
+@contextlib.contextmanager
+def _output_given(model: nn.Module, x: Tensor, output: Tensor, used: list[bool]) -> Iterator[None]:
+    """Inside, ``model(x)`` returns ``output`` (computed already, batched) and sets
+    ``used[0]``; other calls run the model's forward."""
+    own = model.forward
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        if len(args) == 1 and not kwargs and args[0] is x:
+            used[0] = True
+            return output
+        return own(*args, **kwargs)
+
+    model.forward = forward  # an instance attribute shadows the class's forward
+    try:
+        yield
+    finally:
+        del model.forward
+
+
 def _lr_ratio(optimizer: torch.optim.Optimizer, first: torch.optim.Optimizer) -> float:
     """The member's learning rate over member 0's, the same in every group.
 
@@ -57,6 +163,130 @@ def _lr_ratio(optimizer: torch.optim.Optimizer, first: torch.optim.Optimizer) ->
     if any(abs(r - ratios[0]) > 1e-12 * abs(ratios[0]) for r in ratios):
         raise ConfigError("members: a member's learning rates must be one multiple of member 0's")
     return float(ratios[0]) if ratios else 1.0
+
+
+def _scalar_dtype() -> torch.dtype:
+    """The dtype of Adam's ``step`` counter, as torch.optim.Adam chooses it."""
+    return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+
+
+class StackedAdam(torch.optim.Optimizer):
+    """Adam (or AdamW) on stacked ``[K, ...]`` tensors, with one ε per member.
+
+    Torch's Adam update (its single-tensor form, ``amsgrad=False``, ``maximize=False``),
+    element by element, with ε a vector of K values broadcast over each tensor's member axis,
+    so member k's slice moves exactly as under a lone ``torch.optim.Adam(eps=eps[k])``::
+
+        t <- t + 1
+        g <- g + λ θ                      (Adam's L2 term; AdamW: θ <- θ (1 - lr λ) instead)
+        m <- m + (1 - β1) (g - m)         (lerp)
+        v <- β2 v + (1 - β2) g²
+        θ <- θ - lr / (1 - β1^t) · m / (sqrt(v) / sqrt(1 - β2^t) + ε_k)
+
+    State (``step``, ``exp_avg``, ``exp_avg_sq``) is keyed as torch's, so member k's slice
+    loads into a lone ``torch.optim.Adam``. A group's ``eps`` is the tuple of K values.
+
+    Args:
+        params: stacked tensors ``[K, ...]`` or parameter groups (dicts), as for Adam.
+        lr: learning rate (shared; per-member rates are :class:`Stack`'s ``lr_scales``).
+        betas: ``(β1, β2)``, each in ``[0, 1)``.
+        eps: K values of ε, each > 0; member k's is ``eps[k]``.
+        weight_decay: λ >= 0.
+        decoupled_weight_decay: AdamW's decay (Loshchilov & Hutter) instead of an L2 term.
+    Raises:
+        ValueError: if ``lr``, ``betas``, ``eps`` or ``weight_decay`` is out of range, or a
+            tensor's first axis is not ``len(eps)``.
+    References:
+        Kingma & Ba (2015), arXiv 1412.6980, Algorithm 1 (ε moved outside the bias
+        correction as in ``torch.optim.Adam``); Loshchilov & Hutter (2019), arXiv 1711.05101.
+    """
+
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: Sequence[float] = (1e-8,),
+        weight_decay: float = 0.0,
+        *,
+        decoupled_weight_decay: bool = False,
+    ) -> None:
+        eps = tuple(float(e) for e in eps)
+        if not lr >= 0:
+            raise ValueError(f"lr must be >= 0 (got lr={lr!r})")
+        if not all(0 <= b < 1 for b in betas):
+            raise ValueError(f"betas must each lie in [0, 1) (got betas={betas!r})")
+        if not eps or not all(math.isfinite(e) and e > 0 for e in eps):
+            raise ValueError(f"eps must be K finite values > 0 (got eps={eps!r})")
+        if not weight_decay >= 0:
+            raise ValueError(f"weight_decay must be >= 0 (got weight_decay={weight_decay!r})")
+        defaults = dict(
+            lr=lr,
+            betas=betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            amsgrad=False,
+            maximize=False,
+            decoupled_weight_decay=decoupled_weight_decay,
+        )
+        super().__init__(params, defaults)
+        for group in self.param_groups:
+            group["eps"] = tuple(float(e) for e in group["eps"])
+            for p in group["params"]:
+                if p.dim() == 0 or p.shape[0] != len(group["eps"]):
+                    raise ValueError(
+                        f"params must be stacked [K, ...] with K = len(eps) = {len(group['eps'])}"
+                        f" (got a tensor of shape {list(p.shape)})"
+                    )
+
+    def member_param_groups(self, k: int) -> list[dict]:
+        """Member ``k``'s groups as a lone Adam's ``state_dict`` holds them (``eps[k]``)."""
+        groups = self.state_dict()["param_groups"]
+        return [{**g, "eps": g["eps"][k]} for g in groups]
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:  # type: ignore[override]
+        """One Adam update of every stacked tensor with a gradient (class docstring)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            lr, decay = group["lr"], group["weight_decay"]
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            for p in params:
+                if not self.state[p]:
+                    self.state[p]["step"] = torch.tensor(0.0, dtype=_scalar_dtype())
+                    for key in ("exp_avg", "exp_avg_sq"):
+                        self.state[p][key] = torch.zeros_like(
+                            p, memory_format=torch.preserve_format
+                        )
+            states = [self.state[p] for p in params]
+            grads = [p.grad for p in params]
+            exp_avgs = [st["exp_avg"] for st in states]
+            exp_avg_sqs = [st["exp_avg_sq"] for st in states]
+            steps = [st["step"] for st in states]
+            # the same per-tensor arithmetic as torch's single-tensor Adam, op by op over lists
+            torch._foreach_add_(steps, 1)
+            t = [s.item() for s in steps]
+            if decay != 0:
+                if group["decoupled_weight_decay"]:
+                    torch._foreach_mul_(params, 1 - lr * decay)
+                else:
+                    grads = torch._foreach_add(grads, params, alpha=decay)
+            torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+            torch._foreach_mul_(exp_avg_sqs, beta2)
+            torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
+            eps = torch.tensor(group["eps"], dtype=params[0].dtype, device=params[0].device)
+            member_eps = [eps.view(-1, *([1] * (p.dim() - 1))) for p in params]  # [K, 1, ...]
+            denom = torch._foreach_sqrt(exp_avg_sqs)
+            torch._foreach_div_(denom, [(1 - beta2**ti) ** 0.5 for ti in t])
+            torch._foreach_add_(denom, member_eps)
+            torch._foreach_addcdiv_(params, exp_avgs, denom, [-lr / (1 - beta1**ti) for ti in t])
+        return loss
 
 
 class Stack:
@@ -96,21 +326,42 @@ class Stack:
         self.member_scales = scales.tolist()  # each member's rate over the stack's base rate
         self.lr_scales = None if bool((scales == 1).all()) else scales
         self._wrapper: _LossCall | None = None
+        self._forward = members_forward(self.models[0])  # batched layers, if the model has them
+        self._slots = _tensor_slots(self.models[0])
 
     def _stacked_optimizer(self, built: list[torch.optim.Optimizer]) -> torch.optim.Optimizer:
         first = built[0]
+        adam = type(first) in (torch.optim.Adam, torch.optim.AdamW)
+        per_member = ("params", "lr", "eps") if adam else ("params", "lr")
         hyper = [
-            [{k: v for k, v in g.items() if k not in ("params", "lr")} for g in o.param_groups]
+            [{k: v for k, v in g.items() if k not in per_member} for g in o.param_groups]
             for o in built
         ]
         if any(type(o) is not type(first) or h != hyper[0] for o, h in zip(built, hyper)):
-            raise ConfigError("members: optimizers differ in kind or settings (lr aside)")
+            raise ConfigError(
+                "members: optimizers differ in kind or settings (lr, and Adam's eps, aside)"
+            )
         names = {id(p): n for n, p in self.models[0].named_parameters()}
         groups = []
-        for group in first.param_groups:
+        for j, group in enumerate(first.param_groups):
             stacked = {k: v for k, v in group.items() if k != "params"}
             stacked["params"] = [self.params[names[id(p)]] for p in group["params"]]
+            if adam:
+                stacked["eps"] = tuple(o.param_groups[j]["eps"] for o in built)
             groups.append(stacked)
+        if adam:
+            for key in ("amsgrad", "maximize"):
+                if first.defaults.get(key):
+                    raise ConfigError(f"members: Adam's {key}=True is not stacked (got {key}=True)")
+            d = first.defaults
+            return StackedAdam(
+                groups,
+                lr=d["lr"],
+                betas=d["betas"],
+                eps=tuple(o.defaults["eps"] for o in built),
+                weight_decay=d["weight_decay"],
+                decoupled_weight_decay=bool(d.get("decoupled_weight_decay", False)),
+            )
         accepted = inspect.signature(type(first).__init__).parameters
         defaults = {k: v for k, v in first.defaults.items() if k in accepted}
         return type(first)(groups, **defaults)
@@ -119,7 +370,16 @@ class Stack:
     def losses(
         self, loss_fn: Callable, batches: Sequence[Mapping[str, Tensor]]
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        """Each member's loss on its own batch: ``([K], {key: [K]})``."""
+        """Each member's loss on its own batch: ``([K], {key: [K]})``.
+
+        With batched layers (module docstring) the members' outputs on ``batch["x"]`` are
+        computed at once and the loss runs per member on them; otherwise the loss is
+        vectorized over members with vmap.
+        """
+        if self._forward is not None and "x" in batches[0]:
+            result = self._batched_losses(self._forward, loss_fn, batches)
+            if result is not None:
+                return result
         if self._wrapper is None or self._wrapper.loss_fn is not loss_fn:
             self._wrapper = _LossCall(self.models[0], loss_fn)
         wrapper = self._wrapper
@@ -132,6 +392,34 @@ class Stack:
             return loss, dict(metrics)
 
         return vmap(one)(self.params, self.buffers, batch)
+
+    def _batched_losses(
+        self, forward: MembersForward, loss_fn: Callable, batches: Sequence[Mapping[str, Tensor]]
+    ) -> tuple[Tensor, dict[str, Tensor]] | None:
+        """The batched-layers path; ``None`` (and the path off for good) if ``batch["x"]`` is
+        not the model's input or the loss never calls the model on it."""
+        try:
+            outputs = forward(self.params, torch.stack([b["x"] for b in batches]))
+        except ValueError:
+            self._forward = None
+            return None
+        model, used = self.models[0], [False]
+        slices = {n: t.unbind(0) for n, t in {**self.params, **self.buffers}.items()}
+        losses, metrics = [], []
+        for k, batch in enumerate(batches):  # member k's slices in the model, its output given
+            with _member_tensors(self._slots, slices, k):
+                with _output_given(model, batch["x"], outputs[k], used):
+                    out = loss_fn(model, batch)
+            loss, member_metrics = out if isinstance(out, tuple) else (out, {})
+            losses.append(loss)
+            metrics.append(member_metrics)
+        if not used[0]:  # the loss calls the model on something else: vmap, from this step on
+            self._forward = None  # (so a run's every step rounds alike, a resumed one too)
+            return None
+        stacked = {
+            key: torch.stack([torch.as_tensor(m[key]) for m in metrics]) for key in metrics[0]
+        }
+        return torch.stack(losses), stacked
 
     def step(self, max_norm: float | None, frozen: Sequence[int]) -> None:
         """Clip per member, step the optimizer, apply LR scales, keep frozen members still."""
@@ -202,7 +490,10 @@ class Stack:
             }
             for i, entry in full["state"].items()
         }
-        return {"state": state, "param_groups": full["param_groups"]}
+        groups = full["param_groups"]
+        if isinstance(self.optimizer, StackedAdam):
+            groups = self.optimizer.member_param_groups(k)
+        return {"state": state, "param_groups": groups}
 
     def load_member_optimizer_states(self, states: Sequence[dict]) -> None:
         """Stack K member states (:meth:`member_optimizer_state`) into the optimizer."""
@@ -216,4 +507,5 @@ class Stack:
                     state[i][key] = torch.stack([s["state"][i][key] for s in states])
                 else:
                     state[i][key] = value
-        self.optimizer.load_state_dict({"state": state, "param_groups": first["param_groups"]})
+        own = self.optimizer.state_dict()["param_groups"]  # hyperparameters: the config's
+        self.optimizer.load_state_dict({"state": state, "param_groups": own})
