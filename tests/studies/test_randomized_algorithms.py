@@ -27,9 +27,11 @@ from dynascope.studies.randomized_algorithms.analysis import _main_table, _verdi
 from dynascope.train import Loop
 
 
-def _planted(tmp_path, values: dict[str, dict[str, float]], train_loss: float = 1.0):
+def _planted(
+    tmp_path, values: dict[str, dict[str, float]], train_loss: float = 1.0, seed: int = 0
+):
     runs = {}
-    for spec in build_runs(STUDY.preset("smoke")):
+    for spec in build_runs(STUDY.preset("smoke"), seed):
         if not spec.name.startswith("recall_"):
             continue
         model = spec.name.removeprefix("recall_").rsplit("_s", 1)[0]
@@ -77,6 +79,12 @@ def test_planted_values_pass_and_the_measured_numbers_are_reported(tmp_path):
     assert ii.measured == pytest.approx(0.2)
     assert iii.measured == pytest.approx(0.3)
     assert all(p.exists() for p in analysis.figures)
+
+
+def test_verdicts_record_the_runs_seeds_not_replicate_indices(tmp_path):
+    analysis = analyze(_planted(tmp_path, _GOOD, seed=1000), tmp_path)
+    assert all(v.seeds == (1000, 1001, 1002) for v in analysis.verdicts)
+    assert all(tuple(v.control.per_seed) == (1000, 1001, 1002) for v in analysis.verdicts)
 
 
 @pytest.mark.parametrize(

@@ -66,11 +66,11 @@ def _main_table(runs: dict[str, Run]) -> tuple[dict[str, dict], list[dict]]:
     for name, run in sorted(runs.items()):
         if not name.startswith("recall_"):
             continue
-        model, seed = name.removeprefix("recall_").rsplit("_s", 1)
+        model, replicate = name.removeprefix("recall_").rsplit("_s", 1)
         cfg = run.config
         row = _row(name, run) | {
             "model": model,
-            "seed": int(seed),
+            "seed": int(cfg.get("seed", replicate)),  # the run's seed (base seed + replicate)
             "train_loss": last_or_nan(run, "train.mean_loss"),
             "recall_loss_max": recall_loss_max(
                 int(cfg["n_keys"]), int(cfg["d_head"]), int(cfg["n_value_bits"])
