@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 from dynascope.report import new_figure, save_figure
@@ -21,6 +22,13 @@ def _label(w: dict[str, Any]) -> str:
     )
 
 
+_STYLE = {"greedy": "-", "depth": "--", "control": ":", "default": "-."}
+
+
+def _kind(w: dict[str, Any]) -> str:
+    return "default" if w["init"] == "default" else w.get("arm", "greedy")
+
+
 def figures(rows: list[dict], runs: dict[str, Run], out: Path) -> list[Path]:
     """Latent rank/effective rank vs step; per-PC gains and σ(M_A) of the greedy and control
     stacks; for the first seed's runs."""
@@ -28,14 +36,18 @@ def figures(rows: list[dict], runs: dict[str, Run], out: Path) -> list[Path]:
     rows = [w for w in rows if w["seed"] == first]
     paths = []
     fig, (ax1, ax2) = new_figure(2, title="latent covariance rank over training (held-out codes)")
+    # colour: depth L; line style: the arm (12 runs would repeat the 10-colour cycle)
+    depths = sorted({w["L"] for w in rows})
+    colour = {L: plt.get_cmap("viridis")(i / max(1, len(depths) - 1)) for i, L in enumerate(depths)}
     for w in rows:
         try:
             rank = runs[w["run"]].scalar("latent.rank_1e-2")
             erank = runs[w["run"]].scalar("latent.effective_rank")
         except KeyError:
             continue
-        (line,) = ax1.plot(rank.index + 1, rank.values, drawstyle="steps-post", label=_label(w))
-        ax2.plot(erank.index + 1, erank.values, color=line.get_color())
+        style = {"color": colour[w["L"]], "ls": _STYLE.get(_kind(w), "-")}
+        ax1.plot(rank.index + 1, rank.values, drawstyle="steps-post", label=_label(w), **style)
+        ax2.plot(erank.index + 1, erank.values, **style)
     for ax in (ax1, ax2):
         ax.axhline(rows[0]["r"], color="k", ls=":", lw=1)
         ax.set_xscale("log")
