@@ -97,10 +97,11 @@ def keep_freed_heap() -> bool:
         return False
     try:
         libc = ctypes.CDLL(name)
-        mallopt, version = libc.mallopt, libc.gnu_get_libc_version
-    except (OSError, AttributeError):  # not glibc (musl, macOS): leave the allocator alone
+    except OSError:
         return False
-    del version
+    if not hasattr(libc, "gnu_get_libc_version"):  # not glibc (musl, macOS): leave it alone
+        return False
+    mallopt = libc.mallopt
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     # Setting either parameter turns glibc's dynamic thresholds off, so both are set.
     return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)) and bool(
