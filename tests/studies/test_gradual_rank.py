@@ -189,15 +189,18 @@ def test_analyze_reports_a_double_switch_on_and_a_falling_rank_as_failures(tmp_p
 
 
 # -- the runner, presets, smoke end to end ----------------------------------------------------
-def test_toy_runner_logs_the_teachers_loss_and_gd_trajectory(tmp_path):
-    """The engine's toy run equals plain GD with the teacher's gradient_step (float64)."""
-    loop = Loop(steps=7, log_every=3, dtype="float64")
+@pytest.mark.parametrize("log_every", [1, 3])
+def test_toy_runner_logs_the_teachers_loss_and_gd_trajectory(tmp_path, log_every):
+    """The engine's toy run equals plain GD with the teacher's gradient_step (float64), whether
+    the step reuses the gradient the probe computed (every step at log_every 1, some at 3) or
+    computes it itself."""
+    loop = Loop(steps=7, log_every=log_every, dtype="float64")
     cfg = ToyRun(seed=4, loop=loop, n_ctx=3, d_model=4, n_seq=5, alphas=[0.5, 0.1])
     run_members(build_toy, cfg, tmp_path / "toy")
     run = load_run(tmp_path / "toy")
     assert run.status == "finished"
     steps, loss = run.tensors("loss")
-    np.testing.assert_array_equal(steps, [0, 3, 6, 7])
+    np.testing.assert_array_equal(steps, list(range(8)) if log_every == 1 else [0, 3, 6, 7])
     streams = SeedStreams(4)
     task = DiagonalAttentionTeacher(n_ctx=3, d_model=4, n_seq=5, seed=streams("teacher"))
     alphas = torch.tensor(cfg.alphas, dtype=torch.float64)

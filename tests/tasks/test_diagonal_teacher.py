@@ -34,6 +34,18 @@ def test_closed_form_gradient_equals_autograd_through_the_module(scale):
     torch.testing.assert_close(task.loss(w), got_loss, rtol=0, atol=0)
 
 
+def test_copies_are_independent_whatever_their_number():
+    """The teacher keeps x repeated per number of copies: one copy, then three, then one again
+    give each copy's own loss and gradient (oracle: the copy computed alone)."""
+    task = _teacher()
+    w = task.init_weights(torch.tensor([0.3, 0.8, 1.1]), torch.Generator().manual_seed(1))
+    alone = [task.loss_and_gradients(w[i : i + 1]) for i in range(3)]
+    loss, grad = task.loss_and_gradients(w)
+    torch.testing.assert_close(loss, torch.cat([a[0] for a in alone]), rtol=0, atol=1e-15)
+    torch.testing.assert_close(grad, torch.cat([a[1] for a in alone]), rtol=0, atol=1e-15)
+    torch.testing.assert_close(task.loss_and_gradients(w[:1])[1], alone[0][1], rtol=0, atol=0)
+
+
 def test_targets_are_the_teacher_and_the_teacher_has_zero_loss_and_gradient():
     task = _teacher(strengths=(2.0, 1.0, 0.5))
     c = torch.tensor([2.0, 1.0, 0.5, 0.0, 0.0], dtype=torch.float64)

@@ -105,6 +105,7 @@ class DiagonalAttentionTeacher:
         # x_{bik} x_{bjk} for every (b, i, j): scores = qk @ outer, [d_model, N n n]
         self._outer = (self.x[:, :, None, :] * self.x[:, None, :, :]).reshape(-1, d_model).T
         self._outer = self._outer.contiguous()
+        self._x_copies: dict[int, tuple[Tensor, Tensor]] = {}
 
     @property
     def n_active(self) -> int:
@@ -136,13 +137,24 @@ class DiagonalAttentionTeacher:
                 f"w must be [n_models, 4, d_model={self.d_model}] (got shape {list(w.shape)})"
             )
 
+    def _x_batched(self, n: int) -> tuple[Tensor, Tensor]:
+        """``x`` and ``xᵀ`` repeated for ``n`` copies, ``[n N, n_ctx, d]`` and ``[n N, d, n_ctx]``
+        contiguous for ``bmm``: built once per ``n`` (every step used to copy them again)."""
+        if n not in self._x_copies:
+            x = self.x.expand(n, -1, -1, -1)
+            self._x_copies[n] = (
+                x.reshape(n * self.n_seq, self.n_ctx, -1),
+                x.mT.reshape(n * self.n_seq, -1, self.n_ctx),
+            )
+        return self._x_copies[n]
+
     def _forward(self, w: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         qk, ov = w[:, 0] * w[:, 1], w[:, 2] * w[:, 3]
         n, N, c = w.shape[0], self.n_seq, self.n_ctx
         scores = (self.scale * qk @ self._outer).view(n, N, c, c)
         e = (scores - scores.amax(dim=-1, keepdim=True)).exp_()
         pattern = e.div_(e.sum(dim=-1, keepdim=True))
-        z = torch.bmm(pattern.view(n * N, c, c), self.x.expand(n, -1, -1, -1).reshape(n * N, c, -1))
+        z = torch.bmm(pattern.view(n * N, c, c), self._x_batched(n)[0])
         z = z.view(n, N, c, -1)
         return pattern, z, z * ov[:, None, None, :], ov
 
@@ -169,10 +181,8 @@ class DiagonalAttentionTeacher:
         G = residual.mul_(2.0 / residual[0].numel())
         g_ov = (G * z).sum(dim=(1, 2))  # [n_models, d]
         n, N, c = pattern.shape[:3]
-        dP = torch.bmm(
-            (G * ov[:, None, None, :]).view(n * N, c, -1),
-            self.x.mT.expand(n, -1, -1, -1).reshape(n * N, -1, c),
-        ).view(n, N, c, c)
+        x_T = self._x_batched(n)[1]  # [n N, d, n_ctx]
+        dP = torch.bmm((G * ov[:, None, None, :]).view(n * N, c, -1), x_T).view(n, N, c, c)
         dS = pattern * (dP - (dP * pattern).sum(dim=-1, keepdim=True))
         g_qk = self.scale * dS.view(n, -1) @ self._outer.T  # [n_models, d]
         grad = torch.stack([g_qk * w[:, 1], g_qk * w[:, 0], g_ov * w[:, 3], g_ov * w[:, 2]], 1)

@@ -1,7 +1,12 @@
-"""What a run needs around its loop: RNG state as plain data, signals, a progress bar, threads."""
+"""What a run needs around its loop: RNG state as plain data, signals, a progress bar, threads,
+the heap policy."""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
+import os
 import random
 import signal
 import threading
@@ -14,6 +19,7 @@ import torch
 __all__ = [
     "StopSignals",
     "global_rng_state",
+    "keep_freed_heap",
     "progress_bar",
     "set_global_rng_state",
     "torch_threads",
@@ -60,6 +66,47 @@ def torch_threads(n: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(previous)
+
+
+# glibc's mallopt parameters (malloc.h) and the values the engine sets.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_MMAP_THRESHOLD = 32 * 2**20  # glibc's largest allowed value on 64-bit systems
+_TRIM_THRESHOLD = 128 * 2**20
+
+
+@functools.cache
+def keep_freed_heap() -> bool:
+    """Let glibc keep freed memory for reuse instead of returning it to the kernel (once per
+    process); returns whether the policy was set.
+
+    By default glibc serves a block over 128 KiB with a fresh ``mmap`` and gives it back on
+    free, and trims the heap's free top above a dynamic threshold, so a loop that allocates
+    the same few hundred-KiB tensors every step pays page faults for each of them again. With
+    ``M_MMAP_THRESHOLD`` = 32 MiB and ``M_TRIM_THRESHOLD`` = 128 MiB those blocks are reused.
+    Measured on gradual-rank's toy step (tensors of 512 KiB, float64, one thread): 2.7 s of
+    system time and 937,570 minor page faults per 1,000 steps without it, 0.03 s and 3,591 with
+    it; user time fell too (4.6 -> 3.9 s). The values computed do not change (allocation only).
+
+    Does nothing (returns False) off glibc, or when the user set ``MALLOC_MMAP_THRESHOLD_`` or
+    ``MALLOC_TRIM_THRESHOLD_`` in the environment (their choice wins).
+    """
+    if any(k in os.environ for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")):
+        return False
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+    except OSError:
+        return False
+    if not hasattr(libc, "gnu_get_libc_version"):  # not glibc (musl, macOS): leave it alone
+        return False
+    mallopt = libc.mallopt
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    # Setting either parameter turns glibc's dynamic thresholds off, so both are set.
+    return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
+    )
 
 
 def global_rng_state() -> dict:

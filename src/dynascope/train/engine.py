@@ -8,7 +8,9 @@ is trained, through a ``build(streams) -> Parts`` function, and **how long**, th
   stream ``init`` before ``build`` runs, batches are drawn from a generator on stream ``data``,
   a custom step gets its own generator on stream ``step``;
 - device and dtype (floating batch tensors are cast to the run's dtype and moved), the thread
-  policy (:func:`~dynascope.train._runtime.torch_threads`, one thread by default);
+  policy (:func:`~dynascope.train._runtime.torch_threads`, one thread by default), the heap
+  policy (:func:`~dynascope.train._runtime.keep_freed_heap`: freed blocks are reused, not
+  returned to the kernel each step);
 - the learning-rate schedule (:mod:`dynascope.train.schedule`) applied to every parameter
   group's base rate, gradient clipping, bf16 autocast on CUDA;
 - evaluation, probes (a :class:`~dynascope.monitor.Monitor` per member), logging of the mean
@@ -68,6 +70,7 @@ from dynascope.store import RunStore
 from ._runtime import (
     StopSignals,
     global_rng_state,
+    keep_freed_heap,
     progress_bar,
     set_global_rng_state,
     torch_threads,
@@ -279,6 +282,7 @@ class Engine:
         self.device = (
             torch.device(loop.device, index) if index is not None else torch.device(loop.device)
         )
+        keep_freed_heap()
         with torch_threads(loop.threads):
             self.states = [self._build_member(m, build) for m in members]
         self._check_parts()

@@ -55,13 +55,29 @@ class _DiagonalHeads(nn.Module):
 
 class _GDStep:
     """Full-batch GD with the teacher's closed-form gradient: ``w <- w − η·factor·∇L(w)``;
-    returns the mean over α of the loss before the update."""
+    returns the mean over α of the loss before the update.
+
+    :meth:`loss_at` (the probe's loss at step t) keeps the gradient it computes with it, and
+    the update from step t uses it instead of computing the same loss and gradient again (the
+    probe runs every step in every preset: one forward pass per step saved, same numbers).
+    """
 
     def __init__(self, teacher: DiagonalAttentionTeacher, lr: float) -> None:
         self.teacher, self.lr = teacher, lr
+        self._kept: tuple[int, Tensor, Tensor] | None = None  # (step, L(w), ∇L(w)) at that step
+
+    def loss_at(self, w: Tensor, step: int) -> Tensor:
+        """``L(w)`` ``[n_alpha]`` at ``step``; its gradient is kept for the next update."""
+        loss, grad = self.teacher.loss_and_gradients(w)
+        self._kept = (step, loss, grad)
+        return loss
 
     def __call__(self, model: nn.Module, batch: Any, ctx: StepContext) -> Tensor:
-        loss, grad = self.teacher.loss_and_gradients(model.w.data)
+        kept, self._kept = self._kept, None
+        if kept is not None and kept[0] == ctx.step - 1:  # the probe saw these weights
+            loss, grad = kept[1], kept[2]
+        else:
+            loss, grad = self.teacher.loss_and_gradients(model.w.data)
         model.w.data.sub_(self.lr * ctx.lr_factor * grad)
         return loss.mean()
 
@@ -86,15 +102,17 @@ def build_toy(config: ToyRun, streams: SeedStreams) -> Parts:
     alphas = torch.tensor(config.alphas, dtype=dtype)
     model = _DiagonalHeads(teacher.init_weights(alphas, streams.generator("theta0")))
 
+    step = _GDStep(teacher, config.lr)
+
     def trace(m: nn.Module, ctx: Any) -> dict[str, Tensor]:
         w = m.w.detach()
-        row = {"loss": teacher.loss(w), "qk": w[:, 0] * w[:, 1], "ov": w[:, 2] * w[:, 3]}
+        row = {"loss": step.loss_at(w, ctx.step), "qk": w[:, 0] * w[:, 1], "ov": w[:, 2] * w[:, 3]}
         if ctx.step == 0:
             row.update(alphas=alphas, teacher=teacher.teacher)
         return row
 
     schedule = EveryN(config.loop.log_every, also=[0, config.loop.steps])
-    return Parts(model=model, data={}, step=_GDStep(teacher, config.lr), probes=[(trace, schedule)])
+    return Parts(model=model, data={}, step=step, probes=[(trace, schedule)])
 
 
 def vit_runner(
