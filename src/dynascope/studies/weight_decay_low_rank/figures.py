@@ -99,12 +99,14 @@ def recall_figures(rows: list[dict], spectra: list[tuple[str, Run]], figures: Pa
                 ax.plot(np.full(len(v), x[i] + offset), v, marker, color=colour, ms=5)
         ax.set_xticks(x, arms, fontsize=8)
         ax.set(ylabel="mean over layers and heads", title=f"W_{which.upper()}")
-        ax.set_ylim(bottom=0)
-        ax.legend(fontsize=8, loc="lower left")
+        ax.set_ylim(0, 1.35 * max(ax.get_ylim()[1], 1e-12))  # headroom: the legend sits above
+        ax.legend(fontsize=8, loc="upper center", ncol=2)
     paths = [save_figure(fig, figures / "b_rank_per_arm.png")]
 
     fig, axes = new_figure(
-        2, title=r"(b) singular values per head ($\sigma_i / \sigma_1$), last step, first seed"
+        2,
+        title=r"(b) singular values per head ($\sigma_i / \sigma_1$), last step, first seed"
+        r" (values below $10^{-7}$ drawn at $10^{-7}$)",
     )
     # Curves of arms can coincide: each arm gets its own line style, marker and width (widest
     # drawn first) so that none hides another.
@@ -132,7 +134,8 @@ def recall_figures(rows: list[dict], spectra: list[tuple[str, Run]], figures: Pa
             title=rf"$W_{{{which.upper()}}}$ (every head)",
             ylim=(1e-7, 2),
         )
-        ax.legend(fontsize=8)
+    handles, labels = axes[0].get_legend_handles_labels()  # one legend, below the panels
+    fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), fontsize=8)
     paths.append(save_figure(fig, figures / "b_spectra.png"))
     return paths
 
