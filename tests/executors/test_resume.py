@@ -99,6 +99,20 @@ def test_failed_runs_start_again_and_finished_runs_are_kept(stub, tmp_path):
         assert (events["kind"] == "invoked").sum() == 1
 
 
+def test_a_kept_run_keeps_its_report_and_a_rerun_run_gets_a_new_one(stub, tmp_path):
+    study = stub.make_study(("ok", "raise"))
+    study.run(preset="smoke", out=tmp_path, run_reports=True)
+    reports = {n: tmp_path / "runs" / n / "report.html" for n in ("r0_ok", "r1_raise")}
+    for p in reports.values():  # mark the files: a rewrite replaces the marker
+        p.write_text(p.read_text() + "<!-- marker -->")
+    study.run(preset="smoke", out=tmp_path, run_reports=True)
+    assert reports["r0_ok"].read_text().endswith("<!-- marker -->")  # kept: not redrawn
+    assert not reports["r1_raise"].read_text().endswith("<!-- marker -->")  # started again
+    reports["r0_ok"].unlink()  # a kept run without a report gets one
+    study.run(preset="smoke", out=tmp_path, run_reports=True)
+    assert reports["r0_ok"].is_file()
+
+
 def test_a_run_in_use_by_another_process_is_refused(stub, tmp_path):
     study = stub.make_study(("ok", "raise"))
     study.run(preset="smoke", out=tmp_path)

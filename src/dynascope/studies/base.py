@@ -239,7 +239,8 @@ class Study:
             device: ``auto``, ``cpu`` or ``cuda``, passed to runners that take ``device``;
                 ``None`` leaves each run's own default.
             fresh: delete the directory's runs and start every run over.
-            run_reports: also write each run's ``report.html`` (loss and probe curves).
+            run_reports: also write each run's ``report.html`` (loss and probe curves); a run
+                kept as it was (finished before this call) keeps the report it has.
         Raises:
             ValueError: unknown preset or device, ``seed`` outside [0, 2**32), ``cuda`` without
                 CUDA, a run to resume whose
@@ -344,7 +345,8 @@ class Study:
                 }
             )
         elapsed = lambda: time.perf_counter() - start  # noqa: E731
-        return self._conclude(out, preset, runs, run_rows, elapsed, run_reports)
+        kept = frozenset(name for name, action in plan.items() if action == "keep")
+        return self._conclude(out, preset, runs, run_rows, elapsed, run_reports, kept)
 
     def reanalyze(self, out: str | os.PathLike[str], *, run_reports: bool = False) -> StudyOutcome:
         """Analyze the runs already in a study directory again (figures, verdict.json, report).
@@ -367,6 +369,7 @@ class Study:
         run_rows: list[dict[str, Any]],
         seconds: Callable[[], float],
         run_reports: bool = False,
+        kept: frozenset[str] = frozenset(),
     ) -> StudyOutcome:
         """Analyze ``runs``; write figures, ``verdict.json`` and ``report.html`` under ``out``
         (and each run's own ``report.html`` when ``run_reports``)."""
@@ -389,8 +392,9 @@ class Study:
         if run_reports:
             from dynascope.report.run import report_run
 
-            for run in runs.values():
-                report_run(run.path)
+            for name, run in runs.items():  # a run kept untouched keeps its report
+                if name not in kept or not (run.path / "report.html").is_file():
+                    report_run(run.path)
         configs = {name: run.config for name, run in runs.items()}
         write_study_report(self, outcome, analysis.figures, out / "report.html", configs)
         return outcome
