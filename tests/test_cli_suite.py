@@ -262,3 +262,22 @@ def test_compare_two_studies_lists_their_runs_config_differences(stub_registry, 
     assert result.exit_code == 0, result.output
     assert "config differences" in result.stdout
     assert re.search(r"r0_ok/seed\s*│\s*\d+\s*│\s*\d+", result.stdout), result.stdout
+
+
+def test_ctrl_c_during_the_analysis_says_so_and_a_rerun_keeps_the_runs(stub_registry, tmp_path):
+    study = stub_registry["stub-a"]
+
+    def interrupted(runs, figures):
+        raise KeyboardInterrupt
+
+    stub_registry["stub-a"] = dataclasses.replace(study, analyze=interrupted)
+    result = invoke("study", "run", "stub-a", "--preset", "smoke", "--out", tmp_path)
+    assert result.exit_code == 130, result.output
+    assert result.stderr.splitlines() == [
+        "study stopped by SIGINT after its runs; run the same command again to analyze them "
+        "(finished runs are kept)"
+    ]
+    stub_registry["stub-a"] = study
+    result = invoke("study", "run", "stub-a", "--preset", "smoke", "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count("(kept)") == 2, result.stdout

@@ -541,6 +541,15 @@ def _run_one_study(name, preset, out, seed, executor, device, fresh, progress) -
             soft_wrap=True,
         )
         raise typer.Exit(EXIT_SIGNAL.get(err.signal, 130)) from None
+    except KeyboardInterrupt:  # Ctrl-C after the runs, while analysing or writing reports
+        err_console.print(
+            "study stopped by SIGINT after its runs; run the same command again to analyze them "
+            "(finished runs are kept)",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_SIGNAL["SIGINT"]) from None
     _print_verdicts(outcome)
     _smoke_note(outcome.preset)
     console.print(
