@@ -217,21 +217,7 @@ def test_colouring_and_grid_world_runners_finish_on_tiny_configs(tmp_path):
     run = load_run(tmp_path / "c")
     assert run.status == "finished"
     assert run.tensors("eval.per_input_success")[1][-1].shape == (12,)  # all (5-1)!/2 cycles
-    grid = GridWorldRun(
-        size=3,
-        steps_per_episode=3,
-        d_seed=2,
-        m_seeds=2,
-        d_model=8,
-        n_heads=2,
-        d_head=4,
-        d_mlp=8,
-        n_layers=1,
-        population=4,
-        eval_seeds=2,
-        loop=Loop(steps=2, log_every=1),
-    )
-    run_members(build_grid_world, grid, tmp_path / "g")
+    run_members(build_grid_world, _tiny_grid(2), tmp_path / "g")
     run = load_run(tmp_path / "g")
     assert run.status == "finished"
     assert run.tensors("eval.per_treasure_return")[1][-1].shape == (8,)
