@@ -38,8 +38,8 @@ def toy_figures(lambdas, bal, gap, l2, sigma, lam_cat, sig_cat, d, c, eta, figur
         ylim=(1e-16, 10),
         title="(½‖A‖²+½‖B‖² − ‖ABᵀ‖_*) / L2",
     )
-    ax1.legend(loc="upper right", ncol=3)
-    ax2.legend(loc="upper right", ncol=3)
+    handles, labels = ax1.get_legend_handles_labels()  # one legend, below: it hid λ = 0's gap
+    fig.legend(handles, labels, loc="outside lower center", ncol=len(labels))
     paths.append(save_figure(fig, figures / "a_balance_gap.png"))
 
     fig, (ax1, ax2) = new_figure(2, height=3.8, title="(a) singular values of ABᵀ")
@@ -150,9 +150,11 @@ def lm_figure(arms: dict[str, list[Run]], rows: list[dict], figures: Path) -> Pa
             ax1.plot(val.index, val.values, "o-", color=f"C{c}", alpha=0.8, ms=4,
                      label=f"{condition} ({len(runs)} seeds)" if k == 0 else None)  # fmt: skip
             late += [v for step, v in val.items() if len(val) > 1 and step >= val.index[1]]
+    title = "validation loss"
     if late:  # zoom past the first evaluation, where the conditions differ
         ax1.set_ylim(min(late) - 0.05, max(late) + 0.05)
-    ax1.set(xlabel="step", ylabel="validation loss (nats/byte)", title="validation loss")
+        title += " (step 0 above the axis)"
+    ax1.set(xlabel="step", ylabel="validation loss (nats/byte)", title=title)
     ax1.legend()
     width = 0.35
     for k, condition in enumerate(arms):
