@@ -29,8 +29,8 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +39,7 @@ import torch
 from pydantic import BaseModel
 
 from dynascope.store import Run, RunLockedError, load_run, safe_name
+from dynascope.train._runtime import torch_threads
 
 from .verdict import Verdict
 
@@ -63,20 +64,11 @@ MAX_STUDY_SEED = 2**32
 _DONE = {"keep": "kept", "resume": "resumed", "start": "started"}
 
 
-@contextmanager
-def one_intra_op_thread() -> Iterator[None]:
-    """Run torch on one intra-op thread inside the block, then restore the previous count.
-
-    For runners of small models (matrices of a few hundred rows at most): a second thread only
-    adds hand-offs, and on a busy 2-core machine the studies' steps were measured 10-18x slower
-    with two threads than with one. One thread also makes CPU runs bitwise reproducible.
-    """
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
+def one_intra_op_thread() -> AbstractContextManager[None]:
+    """Run torch on one intra-op thread inside the block, then restore the previous count: the
+    engine's thread policy (:func:`dynascope.train._runtime.torch_threads`) for runners that
+    call the registry Trainer on small models."""
+    return torch_threads(1)
 
 
 def _finite_or_none(value: Any) -> Any:
