@@ -10,13 +10,16 @@ layers batched as ``baddbmm`` on the stack, one stacked Adam):
   b = 4 value bits), batch 128, Adam 1e-3.
 
 Each run writes its own run directory (store, checkpoints at the end), as a study's would.
-Times are wall-clock seconds on one intra-op thread (the engine's policy). The last line is
+Times are wall-clock seconds; lone runs and the first ensemble use one intra-op thread (the
+engine's policy), the second ensemble two (``Loop(threads=2)``: both cores of a 2-core
+machine). A short warm-up run first pays the imports (torch.func, scipy) that the first
+engine run of a process triggers, so that they do not land in lone run 0. The last line is
 
     ensemble cost per member / lone run: FCN X, transformer Y
 
-with X = ensemble time / (8 x mean lone-run time). Goals (issue 17) on 2 cores: X <= 0.3,
-Y <= 0.7. The table also gives the same ratio in process CPU time (user + sys), which a
-machine shared with other jobs inflates far less than wall time.
+with X = ensemble time (one thread) / (8 x mean lone-run time). Goals (issue 17) on 2 cores:
+X <= 0.3, Y <= 0.7. The table also gives the ratio with the ensemble on two threads, and in
+process CPU time (user + sys), which a machine shared with other jobs inflates far less.
 Usage: ``python benchmarks/ensembles.py [--steps-fcn N] [--steps-transformer N]``.
 """
 
@@ -80,18 +83,24 @@ def build_recall(streams: SeedStreams) -> Parts:
     )
 
 
-def _time(build, steps: int, root: Path, tag: str) -> tuple[float, float, float, float]:
-    """(lone wall s, ensemble wall s, lone CPU s, ensemble CPU s); lone: the mean of K."""
-    loop = Loop(steps=steps, log_every=50, checkpoint_every=steps)
+def _time(build, steps: int, root: Path, tag: str) -> dict[str, float]:
+    """Wall and CPU seconds: ``lone`` (the mean of K lone runs), ``ensemble`` (one thread),
+    ``ensemble2`` (two threads)."""
+    times = {}
     start, cpu = time.perf_counter(), time.process_time()
     for k in range(K):
+        loop = Loop(steps=steps, log_every=50, checkpoint_every=steps)
         Engine(Member(root / f"{tag}_lone{k}", k, {"seed": k}), build, loop).run()
-    lone = (time.perf_counter() - start) / K
-    lone_cpu = (time.process_time() - cpu) / K
-    members = [Member(root / f"{tag}_ens{k}", k, {"seed": k}) for k in range(K)]
-    start, cpu = time.perf_counter(), time.process_time()
-    Engine(members, build, loop).run()
-    return lone, time.perf_counter() - start, lone_cpu, time.process_time() - cpu
+    times["lone"] = (time.perf_counter() - start) / K
+    times["lone_cpu"] = (time.process_time() - cpu) / K
+    for key, threads in (("ensemble", 1), ("ensemble2", 2)):
+        loop = Loop(steps=steps, log_every=50, checkpoint_every=steps, threads=threads)
+        members = [Member(root / f"{tag}_{key}_{k}", k, {"seed": k}) for k in range(K)]
+        start, cpu = time.perf_counter(), time.process_time()
+        Engine(members, build, loop).run()
+        times[key] = time.perf_counter() - start
+        times[f"{key}_cpu"] = time.process_time() - cpu
+    return times
 
 
 def main() -> None:
@@ -101,25 +110,33 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
+        warm = [Member(root / f"warm{k}", k, {"seed": k}) for k in range(2)]
+        Engine(warm, build_fcn, Loop(steps=5, checkpoint_every=5)).run()  # imports
         rows = {
             "FCN": _time(build_fcn, args.steps_fcn, root, "fcn"),
             "transformer": _time(build_recall, args.steps_transformer, root, "tr"),
         }
     print(
         f"{'workload':<12} {'lone run s':>10} {'8 lone s':>9} {'ensemble s':>10} {'ratio':>6}"
-        f" {'lone CPU s':>10} {'ens CPU s':>9} {'CPU ratio':>9}"
+        f" {'2 threads s':>11} {'ratio':>6} {'lone CPU s':>10} {'ens CPU s':>9} {'CPU ratio':>9}"
     )
-    ratios, cpu_ratios = {}, {}
-    for name, (lone, ensemble, lone_cpu, ensemble_cpu) in rows.items():
-        ratios[name] = ensemble / (K * lone)
-        cpu_ratios[name] = ensemble_cpu / (K * lone_cpu)
+    ratios, ratios2, cpu_ratios = {}, {}, {}
+    for name, t in rows.items():
+        ratios[name] = t["ensemble"] / (K * t["lone"])
+        ratios2[name] = t["ensemble2"] / (K * t["lone"])
+        cpu_ratios[name] = t["ensemble_cpu"] / (K * t["lone_cpu"])
         print(
-            f"{name:<12} {lone:10.2f} {K * lone:9.2f} {ensemble:10.2f} {ratios[name]:6.3f}"
-            f" {lone_cpu:10.2f} {ensemble_cpu:9.2f} {cpu_ratios[name]:9.3f}"
+            f"{name:<12} {t['lone']:10.2f} {K * t['lone']:9.2f} {t['ensemble']:10.2f}"
+            f" {ratios[name]:6.3f} {t['ensemble2']:11.2f} {ratios2[name]:6.3f}"
+            f" {t['lone_cpu']:10.2f} {t['ensemble_cpu']:9.2f} {cpu_ratios[name]:9.3f}"
         )
     print(
         "CPU time (user+sys of this process) per member / lone run: "
         f"FCN {cpu_ratios['FCN']:.2f}, transformer {cpu_ratios['transformer']:.2f}"
+    )
+    print(
+        "the ensemble on two threads, per member / lone run: "
+        f"FCN {ratios2['FCN']:.2f}, transformer {ratios2['transformer']:.2f}"
     )
     print(
         "ensemble cost per member / lone run: "
