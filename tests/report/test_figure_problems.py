@@ -121,3 +121,20 @@ def test_run_report_figures_have_no_problems(monkeypatch, tmp_path):
     found = _check_saved(monkeypatch)
     report_run(tmp_path / "run")
     assert found == {"loss.tmp.png": [], "probes.tmp.png": []}
+
+
+def test_note_below_axis_marks_only_points_under_the_lower_limit():
+    """Hand-built panels: a point at -2 under ylim (-0.5, 1) gets the note; points at -0.5 (on
+    the limit), NaN and -inf (not finite) do not."""
+    from dynascope.report import note_below_axis
+
+    fig, (below, on_limit) = new_figure(2)
+    below.plot([0, 1, 2], [-2.0, 0.2, 0.5])
+    on_limit.plot([0, 1, 2, 3], [-0.5, float("nan"), float("-inf"), 0.9])
+    for ax in (below, on_limit):
+        ax.set_ylim(-0.5, 1.0)
+    assert note_below_axis(below, "step 0") is True
+    assert [t.get_text() for t in below.texts] == ["step 0: below -0.5, off the axis"]
+    assert note_below_axis(on_limit) is False
+    assert len(on_limit.texts) == 0
+    plt.close(fig)

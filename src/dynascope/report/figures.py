@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-__all__ = ["figure_problems", "new_figure", "save_figure"]
+__all__ = ["figure_problems", "new_figure", "note_below_axis", "save_figure"]
 
 _STYLE = {
     "figure.dpi": 110,
@@ -66,6 +66,22 @@ def save_figure(fig: Figure, path: str | os.PathLike[str]) -> Path:
     plt.close(fig)
     os.replace(tmp, path)
     return path
+
+
+def note_below_axis(ax: Axes, what: str = "earlier points") -> bool:
+    """Write "<what>: below <y_min>, off the axis" in the panel's lower right corner if any
+    plotted line has a finite point under the y axis's lower limit (call it after ``set_ylim``);
+    returns whether it did. For panels whose limits cut off an untrained model's values so that
+    the trained ones stay readable."""
+    floor = ax.get_ylim()[0]
+    below = any(
+        bool(np.any(np.isfinite(y) & (y < floor)))
+        for y in (np.asarray(line.get_ydata(), dtype=float) for line in ax.get_lines())
+    )
+    if below:
+        ax.annotate(f"{what}: below {floor:g}, off the axis", (0.98, 0.03), ha="right",
+                    xycoords="axes fraction", fontsize=7, color="grey")  # fmt: skip
+    return below
 
 
 def _colours(ax: Axes) -> set[str]:

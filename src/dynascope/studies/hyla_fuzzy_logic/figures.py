@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dynascope.report import new_figure, save_figure
+from dynascope.report import new_figure, note_below_axis, save_figure
 from dynascope.store import Run
 from dynascope.studies.hyla_fuzzy_logic.runs import EVAL_SPLITS
 
@@ -31,6 +31,7 @@ def figures(runs: dict[str, Run], summary: list[dict], out: Path) -> list[Path]:
         ax.set(xlabel="samples seen (per run)", ylabel="R²", title=title)
         ax.set_ylim(-0.5, 1.0)
         ax.axhline(0, color="grey", lw=0.8)
+        note_below_axis(ax, "step 0")
         ax.legend()
     paths = [save_figure(fig, out / "learning_curves.png")]
 
