@@ -16,15 +16,20 @@ __all__ = ["hyper_figure", "hyper_rows", "study_figures"]
 
 
 def study_figures(main: list[dict], runs: dict[str, Run], figures: Path) -> list[Path]:
-    """``identification.png`` (per-seed values by task set) and ``train_loss.png`` (learning
-    curves of the query-set relative loss); returns their paths."""
+    """``identification.png``: per-seed relative loss and decoding R² by task split (bars: seed
+    means), and the query-set relative loss of the training tasks against outer steps; returns
+    its path."""
     sets = list(dict.fromkeys(r["task_set"] for r in main))
     fig, axes = new_figure(3, width=4.2, title="modular teacher–student (dots: seeds)")
-    for ax, (keys, label) in zip(
+    for ax, (keys, label, title) in zip(
         axes[:2],
         (
-            (("fit.relative_loss", "cross.relative_loss", "within.relative_loss"), "relative loss"),
-            (("cross.r2", "within.r2"), "decoding R²"),
+            (
+                ("fit.relative_loss", "cross.relative_loss", "within.relative_loss"),
+                "relative loss",
+                "student's loss by task split (lower: better)",
+            ),
+            (("cross.r2", "within.r2"), "decoding R²", "teacher codes decoded from the student"),
         ),
     ):
         for k, key in enumerate(keys):
@@ -43,8 +48,7 @@ def study_figures(main: list[dict], runs: dict[str, Run], figures: Path) -> list
             [k * (len(sets) + 1) + (len(sets) - 1) / 2 for k in range(len(keys))],
             [key.split(".")[0] for key in keys],
         )
-        ax.set(ylabel=label)
-    axes[0].legend(fontsize=7)
+        ax.set(ylabel=label, title=title)
     ax = axes[2]
     for run in runs.values():
         series = run.scalar("train.relative_loss") if not run.scalars.empty else None
@@ -53,6 +57,9 @@ def study_figures(main: list[dict], runs: dict[str, Run], figures: Path) -> list
         i = sets.index(run.config["task_set"]) if run.config["task_set"] in sets else 0
         ax.plot(series.index, series.to_numpy(), color=f"C{i}", lw=1)
     ax.set(xlabel="outer step", ylabel="query relative loss (train tasks)", yscale="log")
+    ax.set_title("training, one line per seed")
+    handles = [ax.plot([], [], color=f"C{i}", lw=4, label=name)[0] for i, name in enumerate(sets)]
+    ax.legend(handles=handles, fontsize=7, loc="upper right")
     return [save_figure(fig, figures / "identification.png")]
 
 
