@@ -221,3 +221,37 @@ def test_load_study_without_runs_raises(tmp_path):
 
     with pytest.raises(FileNotFoundError, match="no run directories"):
         load_study(tmp_path)
+
+
+def test_a_store_without_tables_is_not_a_run(tmp_path):
+    """metrics.sqlite created but its schema never written (a writer stopped in between)."""
+    import sqlite3
+    from contextlib import closing
+
+    (tmp_path / "r").mkdir()
+    with closing(sqlite3.connect(tmp_path / "r" / "metrics.sqlite")) as db:
+        db.execute("PRAGMA journal_mode=WAL")
+    with pytest.raises(FileNotFoundError, match="not a run yet"):
+        load_run(tmp_path / "r")
+    with RunStore(tmp_path / "r") as store:  # a writer can still open it and write the schema
+        store.log(1, {"a": 2.0})
+    assert load_run(tmp_path / "r").last("a") == 2.0
+
+
+def test_a_store_whose_schema_fails_leaves_no_file(tmp_path, monkeypatch):
+    """Stopped while creating (here: the schema raises), the store removes the file it made,
+    so no later reader meets a database without tables; an existing file is left alone."""
+    import dynascope.store as store_module
+
+    monkeypatch.setattr(store_module, "_SCHEMA", "CREATE TABLE broken (")
+    with pytest.raises(Exception, match="incomplete input|syntax error"):
+        RunStore(tmp_path / "r")
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == []
+    monkeypatch.undo()
+    with RunStore(tmp_path / "s") as store:
+        store.log(0, {"a": 1.0})
+    monkeypatch.setattr(store_module, "_SCHEMA", "CREATE TABLE broken (")
+    with pytest.raises(Exception, match="incomplete input|syntax error"):
+        RunStore(tmp_path / "s")
+    monkeypatch.undo()
+    assert load_run(tmp_path / "s").last("a") == 1.0

@@ -261,16 +261,25 @@ class RunStore:
         self.path.mkdir(parents=True, exist_ok=True)
         self.flush_every = flush_every
         self._lock = RunLock(self.path) if lock else None
+        db_path = self.path / "metrics.sqlite"
+        created = not db_path.exists()
+        db = None
         try:
-            self._db = sqlite3.connect(self.path / "metrics.sqlite", timeout=30.0)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
-            self._db.commit()
-        except BaseException:
+            db = sqlite3.connect(db_path, timeout=30.0)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(_SCHEMA)
+            db.commit()
+        except BaseException:  # a signal too: leave no store without its tables behind
+            if db is not None:
+                db.close()
+            if created:
+                for suffix in ("", "-wal", "-shm"):
+                    db_path.with_name(db_path.name + suffix).unlink(missing_ok=True)
             if self._lock is not None:
                 self._lock.release()
             raise
+        self._db = db
         self._scalars: list[tuple[int, str, float]] = []
         self._tensors: list[tuple[int, str, str, str, bytes]] = []
 
@@ -532,7 +541,9 @@ def load_run(path: str | os.PathLike[str]) -> Run:
         :class:`Run` with ``.config``, ``.scalars``, ``.events``, ``.status`` and
         ``.tensors(key)``.
     Raises:
-        FileNotFoundError: if ``path`` holds no ``metrics.sqlite``.
+        FileNotFoundError: if ``path`` holds no ``metrics.sqlite``, or one without the store's
+            tables (a writer stopped between creating the file and its schema: a run that
+            never started).
     """
     path = Path(path)
     db_path = path / "metrics.sqlite"
@@ -542,6 +553,12 @@ def load_run(path: str | os.PathLike[str]) -> Run:
     if (path / "config.yaml").is_file():
         config = yaml.safe_load((path / "config.yaml").read_text()) or {}
     with closing(_connect_ro(db_path)) as db:
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not {"scalars", "events"} <= tables:
+            raise FileNotFoundError(
+                f"not a run yet (metrics.sqlite has no tables: stopped while it was being "
+                f"created): {str(path)!r}"
+            )
         scalars = pd.read_sql_query("SELECT step, key, value FROM scalars ORDER BY step, key", db)
         scalars["value"] = scalars["value"].astype("float64")  # NULL (a NaN logged) -> NaN
         _add_key_parts(scalars)

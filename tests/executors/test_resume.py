@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import importlib
 import json
+import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -122,3 +125,28 @@ def test_a_run_in_use_by_another_process_is_refused(stub, tmp_path):
             study.run(preset="smoke", out=tmp_path)
     finally:
         lock.release()
+
+
+def _untabled_store(run_dir: Path) -> None:
+    """What a writer stopped between creating metrics.sqlite and its schema leaves behind."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with closing(sqlite3.connect(run_dir / "metrics.sqlite")) as db:
+        db.execute("PRAGMA journal_mode=WAL")
+
+
+def test_a_run_stopped_while_creating_its_store_starts_on_rerun(stub, tmp_path):
+    """A Ctrl-C between ``sqlite3.connect`` and the schema left an empty metrics.sqlite, and
+    every rerun crashed on it (`no such table: scalars`) until --fresh."""
+    study = stub.make_study(("ok", "ok"))
+    study.run(preset="smoke", out=tmp_path)
+    before = load_run(tmp_path / "runs" / "r0_ok").scalars
+    run_dir = tmp_path / "runs" / "r1_ok"
+    shutil.rmtree(run_dir)
+    _untabled_store(run_dir)
+    outcome = study.run(preset="smoke", out=tmp_path)
+    assert [(r["status"], r["this_call"]) for r in outcome.runs] == [
+        ("finished", "kept"),
+        ("finished", "started"),
+    ]
+    assert load_run(tmp_path / "runs" / "r0_ok").scalars.equals(before)
+    assert load_run(run_dir).scalars["step"].max() == 4

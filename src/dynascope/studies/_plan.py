@@ -87,9 +87,12 @@ def plan_runs(
 
 
 def _status(run_dir: Path) -> str | None:
-    if not (run_dir / "metrics.sqlite").is_file():
+    """The stored run's status; ``None`` if it has no store, or one stopped before its schema
+    was written (the run starts, as if absent)."""
+    try:
+        return load_run(run_dir).status
+    except FileNotFoundError:
         return None
-    return load_run(run_dir).status
 
 
 def _refuse_mixing(

@@ -71,6 +71,15 @@ def one_intra_op_thread() -> AbstractContextManager[None]:
     return torch_threads(1)
 
 
+def _stored(run_dir: Path) -> Run | None:
+    """The run stored in ``run_dir``; ``None`` if it has no store, or one stopped before its
+    tables were written (:func:`dynascope.store.load_run` raises FileNotFoundError for both)."""
+    try:
+        return load_run(run_dir)
+    except FileNotFoundError:
+        return None
+
+
 def _finite_or_none(value: Any) -> Any:
     """NaN and inf become ``None`` (JSON ``null``); numpy scalars become Python numbers."""
     if isinstance(value, dict):
@@ -309,7 +318,7 @@ class Study:
                 share = outcome.seconds / len(outcome.names)  # an ensemble's time, per member
                 for name in outcome.names:
                     seconds[name] = round(share, 2)
-                    if not (out / "runs" / name / "metrics.sqlite").is_file():
+                    if _stored(out / "runs" / name) is None:
                         record_failure(out / "runs" / name, "the runner wrote no store")
                     run = load_run(out / "runs" / name)
                     report(name, run.status, share, _DONE[plan[name]])
@@ -323,9 +332,10 @@ class Study:
         run_rows = []
         for spec in specs:
             run_dir = out / "runs" / spec.name
-            if not (run_dir / "metrics.sqlite").is_file():  # not started: the study was stopped
+            run = _stored(run_dir)
+            if run is None:  # not started (or stopped creating its store): the study was stopped
                 raise StudyInterrupted(spec.name, stop or "SIGINT", 0)
-            run = runs[spec.name] = load_run(run_dir)
+            runs[spec.name] = run
             if run.status == "interrupted":
                 _raise_interrupted(spec.name, run, stop)
             run_rows.append(
