@@ -503,7 +503,7 @@ def study_run(
 def _run_one_study(name, preset, out, seed, executor, device, fresh, progress) -> None:
     from dynascope import studies
     from dynascope.store import RunLockedError
-    from dynascope.studies.base import StudyInterrupted
+    from dynascope.studies.base import AnalysisInterrupted, StudyInterrupted
 
     study = studies.get(name)
     _refuse_unusable_dir(out)
@@ -541,9 +541,11 @@ def _run_one_study(name, preset, out, seed, executor, device, fresh, progress) -
             soft_wrap=True,
         )
         raise typer.Exit(EXIT_SIGNAL.get(err.signal, 130)) from None
-    except KeyboardInterrupt:  # Ctrl-C after the runs, while analysing or writing reports
+    except KeyboardInterrupt as err:  # between runs, or while analysing or writing reports
+        after = isinstance(err, AnalysisInterrupted)
+        where, again = (" after its runs", "analyze them") if after else ("", "go on")
         err_console.print(
-            "study stopped by SIGINT after its runs; run the same command again to analyze them "
+            f"study stopped by SIGINT{where}; run the same command again to {again} "
             "(finished runs are kept)",
             markup=False,
             highlight=False,

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Analysis",
+    "AnalysisInterrupted",
     "RunSpec",
     "Study",
     "StudyInterrupted",
@@ -125,11 +126,19 @@ class RunSpec:
 class StudyInterrupted(Exception):
     """A study's run was stopped by a signal; ``signal`` is ``"SIGINT"`` or ``"SIGTERM"``."""
 
-    def __init__(self, run_name: str, signal: str, step: int) -> None:
-        super().__init__(f"run {run_name} interrupted by {signal} at step {step}")
+    def __init__(self, run_name: str, signal: str, step: int, *, ended: bool = False) -> None:
+        super().__init__(
+            f"stopped by {signal} after run {run_name} ended"
+            if ended
+            else f"run {run_name} interrupted by {signal} at step {step}"
+        )
         self.run_name = run_name
         self.signal = signal
         self.step = step
+
+
+class AnalysisInterrupted(KeyboardInterrupt):
+    """Ctrl-C after every run had ended, while the study analysed them or wrote its reports."""
 
 
 @dataclass
@@ -316,15 +325,19 @@ class Study:
                 if outcome.error and outcome.error.startswith("RunLockedError: "):
                     raise RunLockedError(outcome.error.removeprefix("RunLockedError: "))
                 share = outcome.seconds / len(outcome.names)  # an ensemble's time, per member
+                stopped: tuple[str, Run] | None = None
                 for name in outcome.names:
                     seconds[name] = round(share, 2)
                     if _stored(out / "runs" / name) is None:
                         record_failure(out / "runs" / name, "the runner wrote no store")
                     run = load_run(out / "runs" / name)
                     report(name, run.status, share, _DONE[plan[name]])
-                    # from the store (any runner, any return value), or a signal after it ended
-                    if run.status == "interrupted" or outcome.signal is not None:
-                        _raise_interrupted(name, run, outcome.signal)
+                    if run.status == "interrupted":  # from the store: any runner, any return
+                        stopped = stopped or (name, run)
+                if stopped is not None:  # every member reported first (an ensemble's too)
+                    _raise_interrupted(*stopped, outcome.signal)
+                if outcome.signal is not None:  # a signal after the runs had ended
+                    raise StudyInterrupted(outcome.names[-1], outcome.signal, 0, ended=True)
         finally:
             outcomes.close()  # an interrupted study stops the runs still executing
         stop = getattr(executor, "stop_signal", None)
@@ -348,7 +361,10 @@ class Study:
             )
         elapsed = lambda: time.perf_counter() - start  # noqa: E731
         kept = frozenset(name for name, action in plan.items() if action == "keep")
-        return self._conclude(out, preset, runs, run_rows, elapsed, run_reports, kept)
+        try:
+            return self._conclude(out, preset, runs, run_rows, elapsed, run_reports, kept)
+        except KeyboardInterrupt as err:
+            raise AnalysisInterrupted from err
 
     def reanalyze(self, out: str | os.PathLike[str], *, run_reports: bool = False) -> StudyOutcome:
         """Analyze the runs already in a study directory again (figures, verdict.json, report).
