@@ -445,7 +445,8 @@ def study_run(
     from dynascope._study_catalog import check
 
     if all_ == (name is not None):
-        _fail("NAME: give a study name or --all (not both)")
+        given = "both were given" if all_ else "neither was given"
+        _fail(f"NAME: give a study name or --all ({given}; `dynascope study list` names them)")
     if name is not None and "dynascope.studies" not in sys.modules:
         try:  # a fresh process refuses a typo at once, before importing torch
             check(name, preset)
