@@ -128,7 +128,7 @@ class StudyInterrupted(Exception):
 
     def __init__(self, run_name: str, signal: str, step: int, *, ended: bool = False) -> None:
         super().__init__(
-            f"stopped by {signal} after run {run_name} ended"
+            f"{signal} after run {run_name} ended"
             if ended
             else f"run {run_name} interrupted by {signal} at step {step}"
         )
