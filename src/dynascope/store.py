@@ -66,6 +66,7 @@ __all__ = [
     "UnsafeCheckpointError",
     "create_run_dir",
     "load_run",
+    "stored_run",
     "lock_is_free",
     "safe_name",
 ]
@@ -565,6 +566,15 @@ def load_run(path: str | os.PathLike[str]) -> Run:
         events = pd.read_sql_query("SELECT step, kind, detail FROM events ORDER BY id", db)
         status = _latest_status(db)
     return Run(path=path, config=config, scalars=scalars, events=events, status=status)
+
+
+def stored_run(path: str | os.PathLike[str]) -> Run | None:
+    """:func:`load_run`, or ``None`` where it raises FileNotFoundError: no ``metrics.sqlite``,
+    or one stopped before its tables were written (a run that never started)."""
+    try:
+        return load_run(path)
+    except FileNotFoundError:
+        return None
 
 
 def _add_key_parts(scalars: pd.DataFrame) -> None:

@@ -229,11 +229,9 @@ def _execute(task: RunTask) -> RunOutcome:
 
 def _mark_stopped(run_dir: Path, signal: str) -> None:
     """Record ``interrupted`` unless the run had already ended (its result stands)."""
-    from dynascope.store import load_run
+    from dynascope.store import stored_run
 
-    try:
-        status = load_run(run_dir).status
-    except FileNotFoundError:
-        status = None
+    run = stored_run(run_dir)
+    status = None if run is None else run.status
     if status not in ("finished", "diverged", "failed"):
         record_interrupted(run_dir, signal)

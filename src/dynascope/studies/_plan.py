@@ -23,7 +23,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from dynascope.store import RunLockedError, load_run, lock_is_free
+from dynascope.store import RunLockedError, lock_is_free, stored_run
 
 __all__ = ["MANIFEST", "plan_runs", "write_manifest"]
 
@@ -89,10 +89,8 @@ def plan_runs(
 def _status(run_dir: Path) -> str | None:
     """The stored run's status; ``None`` if it has no store, or one stopped before its schema
     was written (the run starts, as if absent)."""
-    try:
-        return load_run(run_dir).status
-    except FileNotFoundError:
-        return None
+    run = stored_run(run_dir)
+    return None if run is None else run.status
 
 
 def _refuse_mixing(

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from pydantic import BaseModel
 
-from dynascope.store import Run, RunLockedError, load_run, safe_name
+from dynascope.store import Run, RunLockedError, load_run, safe_name, stored_run
 from dynascope.train._runtime import torch_threads
 
 from .verdict import Verdict
@@ -70,15 +70,6 @@ def one_intra_op_thread() -> AbstractContextManager[None]:
     engine's thread policy (:func:`dynascope.train._runtime.torch_threads`) for runners that
     call the registry Trainer on small models."""
     return torch_threads(1)
-
-
-def _stored(run_dir: Path) -> Run | None:
-    """The run stored in ``run_dir``; ``None`` if it has no store, or one stopped before its
-    tables were written (:func:`dynascope.store.load_run` raises FileNotFoundError for both)."""
-    try:
-        return load_run(run_dir)
-    except FileNotFoundError:
-        return None
 
 
 def _finite_or_none(value: Any) -> Any:
@@ -328,9 +319,10 @@ class Study:
                 stopped: tuple[str, Run] | None = None
                 for name in outcome.names:
                     seconds[name] = round(share, 2)
-                    if _stored(out / "runs" / name) is None:
+                    run = stored_run(out / "runs" / name)
+                    if run is None:
                         record_failure(out / "runs" / name, "the runner wrote no store")
-                    run = load_run(out / "runs" / name)
+                        run = load_run(out / "runs" / name)
                     report(name, run.status, share, _DONE[plan[name]])
                     if run.status == "interrupted":  # from the store: any runner, any return
                         stopped = stopped or (name, run)
@@ -345,7 +337,7 @@ class Study:
         run_rows = []
         for spec in specs:
             run_dir = out / "runs" / spec.name
-            run = _stored(run_dir)
+            run = stored_run(run_dir)
             if run is None:  # not started (or stopped creating its store): the study was stopped
                 raise StudyInterrupted(spec.name, stop or "SIGINT", 0)
             runs[spec.name] = run

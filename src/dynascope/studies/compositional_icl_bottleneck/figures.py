@@ -17,7 +17,8 @@ R2_FLOOR = -0.5  # the R² axes' lower limit (an untrained model sits far below 
 def figures(runs: dict[str, Run], rows: list[dict], out: Path) -> list[Path]:
     """``ood_r2_and_probe.png`` under ``out``."""
     fig, (ax1, ax2) = new_figure(2, title="Compositional in-context regression (M = 6 modules)")
-    colours = {}  # one colour per model kind (the run name's prefix), one line per seed
+    colours: dict[str, str] = {}  # one colour per model kind (the run name's prefix)
+    labelled: set[str] = set()  # one legend entry per (kind, split), one line per seed
     for name, run in sorted(runs.items()):
         kind = name.split("_")[0]
         colour = colours.setdefault(kind, f"C{len(colours)}")
@@ -25,8 +26,9 @@ def figures(runs: dict[str, Run], rows: list[dict], out: Path) -> list[Path]:
             s = run.scalar(f"{split}.r2")
             if not len(s):
                 continue
-            seen = any(line.get_label() == f"{kind} {split}" for line in ax1.get_lines())
-            label = "_nolegend_" if seen else f"{kind} {split}"
+            key = f"{kind} {split}"
+            label = "_nolegend_" if key in labelled else key
+            labelled.add(key)
             ax1.plot(s.index, s.values, style, color=colour, marker="o", ms=3, lw=1, label=label)
     title = "ID (solid), OOD (dashed) R²; a line per seed"
     ax1.set(xlabel="step", ylabel="R² (query)", title=title)
