@@ -1,42 +1,49 @@
-"""The verdict contract: a claim judged over seeds, against a stated precondition and control.
+"""The verdict contract: a claim judged over seeds by an interval, against a precondition and
+an ablation control.
 
 Glossary:
     status:        ``held`` | ``not held`` | ``inconclusive``. ``passed`` is
                    ``status == "held"``; ``inconclusive`` is never ``held``.
-    direction:     ``<=`` (the claim holds when the measured value is at most the threshold)
-                   or ``>=`` (at least). Equality passes in both directions: the symbol says so.
+    kind:          ``finding`` (a claim of the paper, judged against an ablation control) or
+                   ``identity`` (a check of the implementation, e.g. the RNN equals attention
+                   to 1e-14; listed apart from findings, with no control).
+    direction:     ``<=`` (the claim holds when the statistic is at most the threshold) or
+                   ``>=`` (at least). Equality passes in both directions.
     per_seed:      the claim's metric measured once per seed (one value per seed of one arm, or
                    a per-seed statistic over several arms, e.g. a slope across widths).
-    measured:      the aggregate over seeds: the mean of the finite per-seed values (NaN when
-                   none is finite).
-    spread:        over the finite per-seed values: ``std`` (sample standard deviation,
-                   ``ddof = 1``; NaN below two values), ``min``, ``max`` and ``n_finite``.
-    rule:          how the seeds combine into pass/fail (:data:`RULES`):
-                   ``mean_and_2of3`` (default): the mean passes AND at least two thirds of all
-                   seeds pass (``3 * n_pass >= 2 * n_seeds``; 2 of 3, 4 of 5, 7 of 10);
-                   ``all_seeds``: the mean passes and every seed passes.
-                   A NaN (or infinite) seed value counts as failing.
-    precondition:  what the claim presupposes (the models fit, there is something to count, the
-                   sweep spans enough width); ``met`` is measured, ``measured`` is its value
-                   when there is one.
-    control:       the same metric on a variant that must not show the effect (the mechanism
-                   removed, a shuffled target, an untrained model, the other parametrization).
-                   Judged by the same rule, threshold and direction as the claim.
-    legacy:        a verdict built the old way, ``Verdict(claim, metric, measured, threshold,
-                   passed, detail)``: no seeds, no control, status taken from ``passed``,
-                   direction read from ``detail``. Kept for the studies not ported yet; the
-                   tables mark it "no seeds / no control".
+    statistic:     how the seeds combine (:data:`STATISTICS`):
+                   ``mean``: ``measured`` is the mean of the finite per-seed values, with a 95 %
+                   Student-t interval of the mean (``t_{0.975, n-1} · s / √n``);
+                   ``rate``: each seed passes or fails its own bar (``seed_threshold`` in
+                   ``seed_direction``; a NaN seed fails), ``measured`` is the fraction of seeds
+                   that pass, with a 95 % Wilson score interval; ``threshold`` is then a rate.
+    interval:      ``[lo, hi]``, the 95 % interval above (NaN with fewer than two finite seeds).
+    n_seeds:       the number of finite per-seed values (``mean``) or of seeds (``rate``).
+    spread:        over the finite per-seed values: ``std`` (``ddof = 1``), ``min``, ``max`` and
+                   ``n_finite``.
+    precondition:  what the claim presupposes: every arm the claim reads trained (accuracy or
+                   loss against a stated bar, per arm and per seed), there is something to
+                   count. ``met`` is measured, ``measured`` its value when there is one.
+    control:       kind ``ablation``: the same experiment with the claimed cause removed or
+                   reversed (λ = 0, SGD for Adam, no bottleneck, the baseline architecture), at
+                   the same budget, judged with the same statistic, threshold and direction. It
+                   is never an untrained model, a constant or a value fixed by the design.
+    amended:       the study's protocol logs an amendment to this claim
+                   (:mod:`dynascope.studies.protocol`).
 
 Rules of :func:`judge`, in order (every reason that applies is recorded in ``reason``):
 
-1. fewer than :data:`MIN_SEEDS` (3) finite per-seed values -> ``inconclusive``;
+1. fewer than :data:`MIN_SEEDS` (5) finite per-seed values -> ``inconclusive``;
 2. the precondition is not met -> ``inconclusive``;
-3. the control holds as well -> ``inconclusive`` (the metric cannot tell the variants apart);
-4. otherwise the rule decides ``held`` or ``not held``; a claim that would hold while its
-   control could not be judged (itself inconclusive) is ``inconclusive``.
+3. the interval straddles the threshold -> ``inconclusive``;
+4. a finding whose control also holds -> ``inconclusive``, and so is a finding that would
+   hold while its control is itself inconclusive (the metric cannot tell the claim from its
+   ablation);
+5. otherwise ``held`` when the interval lies on the claimed side of the threshold (touching it
+   counts), ``not held`` when it lies strictly on the other side.
 
-Thresholds are fixed before the study's seeds run (from theory or calibration seeds); each
-study's docstring records how (``shared/DESIGN.md``, Study).
+Thresholds are fixed in the study's protocol before its evaluation seeds run (from theory or
+calibration seeds >= 10,000); ``shared/DESIGN.md``, Study and Protocol.
 """
 
 from __future__ import annotations
@@ -48,29 +55,38 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
 __all__ = [
+    "CONFIDENCE",
     "DIRECTIONS",
+    "KINDS",
     "MIN_SEEDS",
-    "RULES",
+    "STATISTICS",
     "STATUSES",
     "Control",
     "Precondition",
     "Verdict",
+    "interval_status",
     "judge",
     "legacy_direction",
+    "mean_interval",
     "seed_passes",
+    "wilson_interval",
 ]
 
 STATUSES = ("held", "not held", "inconclusive")
 DIRECTIONS = ("<=", ">=")
-MIN_SEEDS = 3
-RULES = {
-    "mean_and_2of3": "the mean over seeds passes and at least 2/3 of the seeds pass",
-    "all_seeds": "the mean over seeds passes and every seed passes",
+KINDS = ("finding", "identity")
+MIN_SEEDS = 5
+CONFIDENCE = 0.95
+STATISTICS = {
+    "mean": "mean over seeds, 95 % Student-t interval",
+    "rate": "fraction of seeds that pass their bar, 95 % Wilson interval",
 }
 # how legacy details write their comparison ("measured <= threshold; ...")
 _LEGACY_DIRECTION = re.compile(r"measured\s*(<=|>=|==|<|>)\s*threshold")
+_NAN_INTERVAL = (math.nan, math.nan)
 
 
 def legacy_direction(detail: str) -> str:
@@ -84,17 +100,104 @@ def _floats(values: Any) -> tuple[float, ...]:
     return tuple(float(v) for v in values)
 
 
+def _check_direction(direction: str, name: str = "direction") -> None:
+    if direction not in DIRECTIONS:
+        raise ValueError(f"{name} must be one of <=, >= (got {direction!r})")
+
+
 def seed_passes(value: float, threshold: float, direction: str) -> bool:
     """Whether one value passes: ``value <= threshold`` or ``value >= threshold``; NaN fails.
 
     Raises:
         ValueError: if ``direction`` is not ``<=`` or ``>=``.
     """
-    if direction not in DIRECTIONS:
-        raise ValueError(f"direction must be one of <=, >= (got {direction!r})")
+    _check_direction(direction)
     if not math.isfinite(value):
         return False
     return value <= threshold if direction == "<=" else value >= threshold
+
+
+def mean_interval(values: Any, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Two-sided Student-t interval of the mean of the finite ``values``.
+
+    ``mean ± t_{(1+confidence)/2, n-1} · s / √n`` with ``s`` the sample standard deviation
+    (``ddof = 1``) of the ``n`` finite values; equal values give a point interval.
+
+    Args:
+        values: per-seed values; NaN and ±inf are left out.
+        confidence: the interval's coverage, in (0, 1).
+
+    Returns:
+        ``(lo, hi)``; ``(nan, nan)`` with fewer than two finite values.
+
+    Raises:
+        ValueError: if ``confidence`` is not in (0, 1).
+
+    References:
+        Student (1908), "The probable error of a mean", Biometrika 6(1).
+    """
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1) (got {confidence})")
+    finite = np.array([v for v in _floats(values) if math.isfinite(v)], dtype=np.float64)
+    n = len(finite)
+    if n < 2:
+        return _NAN_INTERVAL
+    mean = float(finite.mean())
+    half = float(stats.t.ppf((1 + confidence) / 2, n - 1) * finite.std(ddof=1) / math.sqrt(n))
+    if not math.isfinite(half):  # values so large that the spread overflows
+        return (-math.inf, math.inf)
+    return (mean - half, mean + half)
+
+
+def wilson_interval(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Wilson score interval of a binomial rate ``k / n``.
+
+    ``(p + z²/2n ± z √(p(1−p)/n + z²/4n²)) / (1 + z²/n)``, ``z`` the normal quantile at
+    ``(1+confidence)/2``; it stays inside [0, 1] and is not degenerate at k = 0 or k = n.
+
+    Args:
+        k: successes, ``0 <= k <= n``.
+        n: trials.
+        confidence: the interval's coverage, in (0, 1).
+
+    Returns:
+        ``(lo, hi)``; ``(nan, nan)`` when ``n == 0``.
+
+    Raises:
+        ValueError: if ``k`` is not in ``[0, n]`` or ``confidence`` is not in (0, 1).
+
+    References:
+        Wilson (1927), "Probable inference, the law of succession, and statistical inference",
+        JASA 22(158); Brown, Cai & DasGupta (2001), Statistical Science 16(2), eq. (4).
+    """
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1) (got {confidence})")
+    if not 0 <= k <= n:
+        raise ValueError(f"k must be in [0, n] (got k={k}, n={n})")
+    if n == 0:
+        return _NAN_INTERVAL
+    z = float(stats.norm.ppf((1 + confidence) / 2))
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def interval_status(interval: tuple[float, float], threshold: float, direction: str) -> str:
+    """``held`` when the interval lies on the claimed side of ``threshold`` (touching it
+    counts), ``not held`` when it lies strictly on the other side, else ``inconclusive`` (it
+    straddles, or it is NaN).
+
+    Raises:
+        ValueError: if ``direction`` is not ``<=`` or ``>=``.
+    """
+    _check_direction(direction)
+    lo, hi = interval
+    if math.isnan(lo) or math.isnan(hi):
+        return "inconclusive"
+    if direction == ">=":
+        return "held" if lo >= threshold else ("not held" if hi < threshold else "inconclusive")
+    return "held" if hi <= threshold else ("not held" if lo > threshold else "inconclusive")
 
 
 def _spread(values: tuple[float, ...]) -> dict[str, float | int]:
@@ -108,19 +211,18 @@ def _spread(values: tuple[float, ...]) -> dict[str, float | int]:
     }
 
 
-def _mean(values: tuple[float, ...]) -> float:
+def _summary(
+    values: tuple[float, ...], statistic: str, seed_bar: tuple[float, str] | None
+) -> tuple[float, tuple[float, float], int]:
+    """``(measured, interval, n_seeds)`` of per-seed ``values`` under ``statistic``."""
+    if statistic == "rate":
+        bar, direction = seed_bar  # type: ignore[misc]
+        n = len(values)
+        k = sum(seed_passes(v, bar, direction) for v in values)
+        return (k / n if n else math.nan), wilson_interval(k, n), n
     finite = [v for v in values if math.isfinite(v)]
-    return float(np.mean(finite)) if finite else math.nan
-
-
-def _rule_passes(values: tuple[float, ...], threshold: float, direction: str, rule: str) -> bool:
-    """The aggregation rule (see the module docstring); NaN seeds fail."""
-    if not values or not seed_passes(_mean(values), threshold, direction):
-        return False
-    n_pass = sum(seed_passes(v, threshold, direction) for v in values)
-    if rule == "all_seeds":
-        return n_pass == len(values)
-    return 3 * n_pass >= 2 * len(values)
+    mean = float(np.mean(finite)) if finite else math.nan
+    return mean, mean_interval(values), len(finite)
 
 
 def _check_per_seed(per_seed: Mapping[int, float], name: str) -> tuple[tuple[int, ...], tuple]:
@@ -135,9 +237,11 @@ class Precondition:
     """What a claim presupposes, and whether the runs met it.
 
     Attributes:
-        text: the condition in words, with its bound ("every run reaches train R² >= 0.9").
+        text: the condition in words, with its bound ("every arm, every seed: recall
+            accuracy >= 0.9").
         met: whether it was met.
-        measured: the measured quantity the condition bounds, when there is one (NaN: none).
+        measured: the measured quantity the condition bounds, when there is one (NaN: none),
+            e.g. the worst arm's accuracy.
     """
 
     text: str
@@ -150,30 +254,45 @@ class Precondition:
 
 @dataclass(frozen=True)
 class Control:
-    """A negative control: the claim's metric on a variant that must not show the effect.
+    """An ablation control: the claim's experiment with its cause removed, same budget.
 
-    Give either ``per_seed`` (seed -> value, judged by the claim's rule, threshold and
-    direction, including the three-seed minimum) or one ``measured`` value (a deterministic
-    control, compared with the threshold directly). :func:`judge` fills ``status`` and, from
-    ``per_seed``, ``measured`` (the mean of the finite values).
+    Give ``per_seed`` (seed -> the claim's metric on the ablation); :func:`judge` fills
+    ``measured``, ``interval``, ``n_seeds`` and ``status`` with the claim's statistic, threshold
+    and direction.
 
     Attributes:
-        text: the variant in words ("SP + Adam, the same metric").
+        text: the ablation in words ("λ_attn = 0, the same budget and statistic").
         per_seed: seed -> the control's value.
-        measured: the control's aggregate (or its only) value.
+        kind: ``ablation`` (the only kind a finding accepts).
+        measured: the control's aggregate (mean, or rate for a ``rate`` claim).
+        interval: its 95 % interval.
+        n_seeds: its finite seeds (``mean``) or seeds (``rate``).
         status: ``held`` | ``not held`` | ``inconclusive`` once judged, else ``None``.
+
+    Raises:
+        ValueError: if ``kind`` is not ``ablation``.
     """
 
     text: str
     per_seed: Mapping[int, float] | None = None
+    kind: str = "ablation"
     measured: float = math.nan
+    interval: tuple[float, float] = _NAN_INTERVAL
+    n_seeds: int = 0
     status: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind != "ablation":
+            raise ValueError(f"control kind must be ablation (got {self.kind!r})")
 
     def to_json(self) -> dict[str, Any]:
         values = _floats((self.per_seed or {}).values())
         return {
             "text": self.text,
+            "kind": self.kind,
             "measured": float(self.measured),
+            "interval": [float(x) for x in self.interval],
+            "n_seeds": int(self.n_seeds),
             "status": self.status,
             "seeds": [int(s) for s in (self.per_seed or {})],
             "per_seed": list(values),
@@ -186,30 +305,35 @@ class Verdict:
     """One claim checked against measured runs (see the module docstring for every rule).
 
     Build it with :func:`judge`. The legacy form ``Verdict(claim, metric, measured, threshold,
-    passed, detail)`` still works (``legacy`` is then true): its status comes from ``passed``,
-    its direction from ``detail`` (``measured <= threshold`` ...; ``unknown`` when absent).
+    passed, detail)`` still reads old ``verdict.json`` files (``legacy`` is then true): its
+    status comes from ``passed``, its direction from ``detail``.
 
     Attributes:
         claim: the claim in words, ``"id: text"``.
         metric: what was measured, with its definition in a few words.
         measured: the aggregate over seeds (NaN when it could not be measured; ``null`` in
             ``verdict.json``).
-        threshold: the frozen threshold it is compared with.
+        threshold: the protocol's threshold.
         passed: ``status == "held"``.
-        detail: notes (legacy verdicts: how the comparison reads).
+        detail: notes.
         status: ``held`` | ``not held`` | ``inconclusive``.
+        kind: ``finding`` | ``identity``.
         direction: ``<=`` | ``>=`` (legacy: as read from ``detail``, or ``unknown``).
+        statistic: ``mean`` | ``rate`` (:data:`STATISTICS`).
+        seed_threshold, seed_direction: a ``rate`` claim's per-seed bar.
+        interval: the 95 % interval of ``measured``; ``n_seeds``: the seeds behind it.
         seeds: the seeds judged, in order; ``per_seed``: the metric per seed.
-        aggregation: the rule in words.
+        aggregation: the statistic in words.
         precondition: what the claim presupposes (``None``: legacy).
-        control: the negative control, judged (``None``: legacy).
+        control: the ablation control, judged (``None``: legacy or an identity).
         reason: why the status is ``inconclusive`` (empty otherwise).
+        amended: the study's protocol logs an amendment to this claim.
         legacy: built without a status (no seeds, no control).
 
     Raises:
-        ValueError: neither ``status`` nor ``passed`` given; an unknown ``status`` or
-            ``direction``; ``passed`` contradicting ``status``; ``seeds`` and ``per_seed`` of
-            different lengths.
+        ValueError: neither ``status`` nor ``passed`` given; an unknown ``status``, ``kind``
+            or ``direction``; ``passed`` contradicting ``status``; ``seeds`` and ``per_seed``
+            of different lengths.
     """
 
     claim: str
@@ -220,17 +344,26 @@ class Verdict:
     detail: str = ""
     _: KW_ONLY
     status: str | None = None
+    kind: str = "finding"
     direction: str | None = None
+    statistic: str = "mean"
+    seed_threshold: float | None = None
+    seed_direction: str | None = None
+    interval: tuple[float, float] = _NAN_INTERVAL
+    n_seeds: int = 0
     seeds: tuple[int, ...] = ()
     per_seed: tuple[float, ...] = ()
     aggregation: str = ""
     precondition: Precondition | None = None
     control: Control | None = None
     reason: str = ""
+    amended: bool = False
     legacy: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         put = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)} (got {self.kind!r})")
         if self.status is None:
             if self.passed is None:
                 raise ValueError(f"{self.claim!r}: a Verdict needs status or passed (got neither)")
@@ -243,8 +376,7 @@ class Verdict:
                 raise ValueError(
                     f"status must be one of {', '.join(STATUSES)} (got {self.status!r})"
                 )
-            if self.direction not in DIRECTIONS:
-                raise ValueError(f"direction must be one of <=, >= (got {self.direction!r})")
+            _check_direction(self.direction)  # type: ignore[arg-type]
             if self.passed is not None and bool(self.passed) != (self.status == "held"):
                 raise ValueError(
                     f"passed={self.passed} contradicts status={self.status!r} "
@@ -253,11 +385,17 @@ class Verdict:
         put("passed", self.status == "held")
         put("seeds", tuple(int(s) for s in self.seeds))
         put("per_seed", _floats(self.per_seed))
+        put("interval", tuple(float(x) for x in self.interval))
         if len(self.seeds) != len(self.per_seed):
             raise ValueError(
                 f"seeds and per_seed must have one value per seed (got {len(self.seeds)} seeds "
                 f"and {len(self.per_seed)} values)"
             )
+
+    @property
+    def claim_id(self) -> str:
+        """The claim's id: the text before the first ``:`` of ``claim``."""
+        return self.claim.split(":")[0].strip()
 
     @property
     def spread(self) -> dict[str, float | int]:
@@ -268,12 +406,19 @@ class Verdict:
         """The verdict as ``verdict.json`` stores it (NaN becomes ``null`` when dumped)."""
         return {
             "claim": self.claim,
+            "kind": self.kind,
             "status": self.status,
             "passed": self.passed,
+            "amended": self.amended,
             "metric": self.metric,
             "measured": float(self.measured),
             "direction": self.direction,
             "threshold": float(self.threshold),
+            "statistic": self.statistic,
+            "seed_threshold": self.seed_threshold,
+            "seed_direction": self.seed_direction,
+            "interval": [float(x) for x in self.interval],
+            "n_seeds": int(self.n_seeds),
             "aggregation": self.aggregation,
             "seeds": list(self.seeds),
             "per_seed": list(self.per_seed),
@@ -286,18 +431,18 @@ class Verdict:
         }
 
 
-def _judge_control(control: Control, threshold: float, direction: str, rule: str) -> Control:
-    if control.per_seed is not None:
-        _, values = _check_per_seed(control.per_seed, "control.per_seed")
-        if sum(math.isfinite(v) for v in values) < MIN_SEEDS:
-            status = "inconclusive"
-        else:
-            status = "held" if _rule_passes(values, threshold, direction, rule) else "not held"
-        return Control(control.text, dict(control.per_seed), _mean(values), status)
-    if math.isnan(control.measured):
-        raise ValueError(f"control {control.text!r}: give per_seed or a measured value")
-    status = "held" if seed_passes(control.measured, threshold, direction) else "not held"
-    return Control(control.text, None, float(control.measured), status)
+def _judge_control(
+    control: Control, threshold: float, direction: str, statistic: str, seed_bar
+) -> Control:
+    if control.per_seed is None:
+        raise ValueError(f"control {control.text!r}: give per_seed (seed -> value)")
+    _, values = _check_per_seed(control.per_seed, "control.per_seed")
+    measured, interval, n = _summary(values, statistic, seed_bar)
+    n_finite = sum(math.isfinite(v) for v in values)
+    status = "inconclusive" if n_finite < MIN_SEEDS else interval_status(
+        interval, threshold, direction
+    )
+    return Control(control.text, dict(control.per_seed), control.kind, measured, interval, n, status)
 
 
 def judge(
@@ -308,40 +453,62 @@ def judge(
     threshold: float,
     direction: str,
     precondition: Precondition,
-    control: Control,
-    rule: str = "mean_and_2of3",
+    control: Control | None,
+    statistic: str = "mean",
+    seed_threshold: float | None = None,
+    seed_direction: str | None = None,
+    kind: str = "finding",
     detail: str = "",
 ) -> Verdict:
-    """Judge a claim over seeds: aggregate, spread, control and status (module docstring).
+    """Judge a claim over seeds: statistic, interval, control and status (module docstring).
 
     Args:
         claim: ``"id: the claim in words"``.
         metric: the metric's definition in a few words.
-        per_seed: seed -> the metric for that seed (NaN: not measurable; counts as failing).
-        threshold: the pre-registered threshold (finite).
+        per_seed: seed -> the metric for that seed (NaN: not measurable; a ``rate`` counts it
+            as failing, a ``mean`` leaves it out of the mean and the interval).
+        threshold: the protocol's threshold (finite; a rate in [0, 1] for ``rate``).
         direction: ``<=`` or ``>=``; equality passes.
         precondition: what the claim presupposes and whether it was met.
-        control: the negative control, unjudged (``status`` is filled here).
-        rule: a key of :data:`RULES` (default ``mean_and_2of3``).
+        control: the ablation control, unjudged (filled here); ``None`` only for an identity.
+        statistic: ``mean`` or ``rate`` (:data:`STATISTICS`).
+        seed_threshold, seed_direction: a ``rate`` claim's per-seed bar (required for it).
+        kind: ``finding`` or ``identity``.
         detail: free notes (e.g. the per-width seed means).
 
     Returns:
-        The :class:`Verdict`; ``measured`` is the mean of the finite per-seed values.
+        The :class:`Verdict`.
 
     Raises:
-        ValueError: an unknown ``direction`` or ``rule``, a non-finite ``threshold``,
-            ``per_seed`` not a mapping, or a control with neither ``per_seed`` nor
-            ``measured``.
+        ValueError: an unknown ``direction``, ``statistic`` or ``kind``; a non-finite
+            ``threshold``; a ``rate`` without its per-seed bar or with a threshold outside
+            [0, 1]; ``per_seed`` not a mapping; a finding without a control, or a control
+            without ``per_seed``.
     """
-    if direction not in DIRECTIONS:
-        raise ValueError(f"direction must be one of <=, >= (got {direction!r})")
-    if rule not in RULES:
-        raise ValueError(f"rule must be one of {', '.join(RULES)} (got {rule!r})")
+    _check_direction(direction)
+    if statistic not in STATISTICS:
+        raise ValueError(f"statistic must be one of {', '.join(STATISTICS)} (got {statistic!r})")
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)} (got {kind!r})")
     if not math.isfinite(threshold):
         raise ValueError(f"threshold must be finite (got {threshold})")
+    seed_bar = None
+    if statistic == "rate":
+        if seed_threshold is None or seed_direction is None:
+            raise ValueError("statistic 'rate' needs seed_threshold and seed_direction")
+        _check_direction(seed_direction, "seed_direction")
+        if not 0 <= threshold <= 1:
+            raise ValueError(f"threshold of a rate must be in [0, 1] (got {threshold})")
+        seed_bar = (float(seed_threshold), seed_direction)
+    if control is None and kind == "finding":
+        raise ValueError(f"{claim!r}: a finding needs an ablation control (got None)")
     seeds, values = _check_per_seed(per_seed, "per_seed")
-    judged = _judge_control(control, threshold, direction, rule)
+    measured, interval, n_seeds = _summary(values, statistic, seed_bar)
+    judged = None if control is None else _judge_control(
+        control, threshold, direction, statistic, seed_bar
+    )
     n_finite = sum(math.isfinite(v) for v in values)
+    side = interval_status(interval, threshold, direction)
     reasons = []
     if n_finite < MIN_SEEDS:
         reasons.append(f"only {n_finite} of {len(values)} seeds finite (need {MIN_SEEDS})")
@@ -349,23 +516,31 @@ def judge(
         value = precondition.measured
         shown = f" [measured {value:.4g}]" if math.isfinite(value) else ""
         reasons.append(f"precondition not met: {precondition.text}{shown}")
-    if judged.status == "held":
+    if side == "inconclusive" and n_finite >= 2:
+        lo, hi = interval
+        reasons.append(f"the interval [{lo:.4g}, {hi:.4g}] straddles the threshold {threshold:g}")
+    if judged is not None and judged.status == "held":
         reasons.append(f"the control also holds: {judged.text}")
-    holds = _rule_passes(values, threshold, direction, rule)
-    if not reasons and holds and judged.status == "inconclusive":
-        reasons.append(f"the control could not be judged: {judged.text}")
-    status = "inconclusive" if reasons else ("held" if holds else "not held")
+    elif judged is not None and judged.status == "inconclusive" and side == "held":
+        reasons.append(f"the control could not be told from the threshold: {judged.text}")
+    status = "inconclusive" if reasons else side
     return Verdict(
         claim,
         metric,
-        _mean(values),
+        measured,
         float(threshold),
         detail=detail,
         status=status,
+        kind=kind,
         direction=direction,
+        statistic=statistic,
+        seed_threshold=None if seed_bar is None else seed_bar[0],
+        seed_direction=None if seed_bar is None else seed_bar[1],
+        interval=interval,
+        n_seeds=n_seeds,
         seeds=seeds,
         per_seed=values,
-        aggregation=RULES[rule],
+        aggregation=STATISTICS[statistic],
         precondition=precondition,
         control=judged,
         reason="; ".join(reasons),
