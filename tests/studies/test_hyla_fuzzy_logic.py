@@ -13,7 +13,7 @@ import torch
 from dynascope import studies
 from dynascope.store import load_run
 from dynascope.studies.engine_runs import run_members
-from dynascope.studies.hyla_fuzzy_logic.analysis import GAP_THRESHOLD, ID_FIT
+from dynascope.studies.hyla_fuzzy_logic.protocol import ID_FIT, PROTOCOL
 from dynascope.studies.hyla_fuzzy_logic.runs import FuzzyRunConfig
 from dynascope.studies.hyla_fuzzy_logic.sraven import (
     SRavenRunConfig,
@@ -27,15 +27,16 @@ from dynascope.train import Loop
 def test_presets_and_runs():
     assert studies.get("hyla-fuzzy-logic") is STUDY
     fast = build_runs(STUDY.preset("fast"))
-    names = [f"{m}_s{i}" for m in ("hyla", "linear") for i in range(3)]
-    assert [s.name for s in fast] == names + [f"linear_twin_s{i}" for i in range(3)]
-    assert [s.group for s in fast] == ["hyla"] * 3 + ["linear"] * 6
-    assert [s.config.seed for s in fast] == [0, 1, 2] * 2 + [100, 101, 102]
+    names = [f"{m}_s{i}" for m in ("hyla", "linear") for i in range(5)]
+    assert [s.name for s in fast] == names + [f"linear_twin_s{i}" for i in range(5)]
+    assert [s.group for s in fast] == ["hyla"] * 5 + ["linear"] * 10
+    assert [s.config.seed for s in fast] == [0, 1, 2, 3, 4] * 2 + [100, 101, 102, 103, 104]
+    assert PROTOCOL.seeds["fast"] == 5 and STUDY.protocol is PROTOCOL
     base = STUDY.preset("fast").base
     sizes = (base.n_variables, base.n_terms, base.seq_len, base.d_model, base.n_heads)
     assert sizes + (base.n_layers, base.d_head, base.batch_size) == (4, 2, 32, 64, 8, 2, 2, 128)
     paper = build_runs(STUDY.preset("paper"))
-    assert len(paper) == 7 * 3 + 3 + 3 * 3
+    assert len(paper) == 7 * 5 + 5 + 3 * 5
     assert all(s.config.loop.device == "cuda" for s in paper)
     sraven = [s for s in paper if s.name.startswith("sraven_")]
     assert {s.config.attention for s in sraven} == {"hyla", "linear", "softmax"}
@@ -67,15 +68,21 @@ def test_smoke_end_to_end(tmp_path):
     gaps = [test[f"hyla_s{i}"] - test[f"linear_s{i}"] for i in range(3)]
     twins = [test[f"linear_twin_s{i}"] - test[f"linear_s{i}"] for i in range(3)]
     np.testing.assert_allclose(claim["per_seed"], gaps, rtol=1e-12)
+    assert claim["seeds"] == [0, 1, 2]
+    # the control is the ablation (linear twins in HYLA's place), read from the twin runs
+    assert claim["control"]["kind"] == "ablation" and claim["control"]["seeds"] == [100, 101, 102]
     np.testing.assert_allclose(claim["control"]["per_seed"], twins, rtol=1e-12)
+    assert claim["control"]["per_seed"] != claim["per_seed"]
     assert math.isclose(claim["measured"], float(np.mean(gaps)), rel_tol=1e-12)
-    assert claim["threshold"] == GAP_THRESHOLD and claim["direction"] == ">="
-    fit = min(np.mean([train[f"{k}_s{i}"] for i in range(3)]) for k in ("hyla", "linear"))
+    spec = PROTOCOL.claim("s4")
+    assert (claim["threshold"], claim["direction"]) == (spec.threshold, spec.direction)
+    assert data["protocol"]["sha256"] == PROTOCOL.sha256
+    fit = min(train.values())  # every run, the twins included
     assert math.isclose(claim["precondition"]["measured"], fit, rel_tol=1e-12)
     assert claim["precondition"]["met"] == (fit >= ID_FIT)
-    if not fit >= ID_FIT:  # smoke models fit nothing: never held or not held
-        assert claim["status"] == "inconclusive" and "precondition" in claim["reason"]
-    assert outcome.passed == (claim["status"] == "held")
+    # smoke has 3 seeds (< 5) and models that fit nothing: never held or not held
+    assert claim["status"] == "inconclusive" and claim["n_seeds"] == 3
+    assert outcome.passed is False
     per_run = data["tables"]["per run"]
     assert all(math.isfinite(r["probe.id.r2_best_layer"]) for r in per_run)
     assert len(list((tmp_path / "figures").glob("*.png"))) == 3
@@ -156,7 +163,8 @@ def _fake_runs(tmp_path, test_r2, train_r2):
     for name, test in test_r2.items():
         attention = "hyla" if name.startswith("hyla") else "linear"
         with RunStore(tmp_path / name) as store:
-            store.write_config({"attention": attention, "seed": 0, "n_layers": 1})
+            seed = int(name[-1]) + (100 if name.startswith("linear_twin") else 0)
+            store.write_config({"attention": attention, "seed": seed, "n_layers": 1})
             store.log(10, {"test.r2": test, "train.r2": train_r2[name], "ood.r2": -1.0})
             store.set_status(10, "finished")
         runs[name] = load_run(tmp_path / name)
@@ -164,24 +172,30 @@ def _fake_runs(tmp_path, test_r2, train_r2):
 
 
 @pytest.mark.parametrize(
-    ("hyla", "twin", "fit", "status"),
+    ("hyla", "twin", "fit", "unfit", "status"),
     [
-        (0.5, 0.3, 0.6, "held"),  # gap 0.2 per seed, twins within noise, both fit
-        (0.32, 0.3, 0.6, "not held"),  # gap 0.02 < 0.05
-        (0.5, 0.3, 0.3, "inconclusive"),  # both fit < 0.5: precondition fails
-        (0.5, 0.5, 0.6, "inconclusive"),  # the twins differ as much: the control holds
+        (0.5, 0.3, 0.6, None, "held"),  # gap 0.2 per seed, twins within noise, all fit
+        (0.32, 0.3, 0.6, None, "not held"),  # gap 0.02 < 0.05
+        (0.5, 0.3, 0.3, None, "inconclusive"),  # nothing fits: precondition fails
+        (0.5, 0.3, 0.6, "linear_twin_s2", "inconclusive"),  # one control run did not fit
+        (0.5, 0.3, 0.6, "hyla_s4", "inconclusive"),  # one treated run did not fit
+        (0.5, 0.5, 0.6, None, "inconclusive"),  # the twins differ as much: the control holds
     ],
 )
-def test_claim_status_on_hand_built_stores(tmp_path, hyla, twin, fit, status):
+def test_claim_status_on_hand_built_stores(tmp_path, hyla, twin, fit, unfit, status):
+    """Five seeds per arm; the precondition reads every run (treated, baseline and twins)."""
     from dynascope.studies.hyla_fuzzy_logic.analysis import analyze
 
-    names = [f"{k}_s{i}" for k in ("hyla", "linear", "linear_twin") for i in range(3)]
+    names = [f"{k}_s{i}" for k in ("hyla", "linear", "linear_twin") for i in range(5)]
     base = {"hyla": hyla, "linear": 0.3, "linear_twin": twin}
     test = {n: base[n.rsplit("_s", 1)[0]] + 0.001 * int(n[-1]) for n in names}
-    runs = _fake_runs(tmp_path / "runs", test, dict.fromkeys(names, fit))
+    train = {n: 0.2 if n == unfit else fit for n in names}
+    runs = _fake_runs(tmp_path / "runs", test, train)
     (verdict,) = analyze(runs, tmp_path / "figures").verdicts
     assert verdict.status == status, verdict.reason
-    np.testing.assert_allclose(verdict.per_seed, [hyla - 0.3] * 3, atol=1e-12)
+    np.testing.assert_allclose(verdict.per_seed, [hyla - 0.3] * 5, atol=1e-12)
+    assert list(verdict.control.per_seed) == [100, 101, 102, 103, 104]
+    assert verdict.precondition.met == (unfit is None and fit >= ID_FIT)
 
 
 def test_ensemble_members_equal_lone_runs_in_float64(tmp_path):
