@@ -13,20 +13,20 @@ from pydantic import ValidationError
 
 from dynascope import load_run, studies
 from dynascope.probes import permutation as perm
-from dynascope.studies.engine_runs import run_members
 from dynascope.studies.permuted_initialisations import STUDY, PermutedInitRun, build_runs
-from dynascope.studies.permuted_initialisations.analysis import (
+from dynascope.studies.permuted_initialisations.analysis import _verdicts
+from dynascope.studies.permuted_initialisations.protocol import (
     P1_MIN_ACCURACY,
     P2_MAX_ACCURACY,
     P3_MAX_RATIO,
-    _verdicts,
+    PROTOCOL,
 )
 from dynascope.studies.permuted_initialisations.runs import (
     MatchingProbe,
     NetGroup,
     build_permuted_inits,
 )
-from dynascope.train import Loop, SeedStreams
+from dynascope.train import Loop, SeedStreams, run_members
 
 
 def test_presets_validate_and_fast_matches_s7():
@@ -34,7 +34,8 @@ def test_presets_validate_and_fast_matches_s7():
     specs = {s.name: s for s in build_runs(STUDY.preset("fast"))}
     pairs = [s for s in specs.values() if s.config.group == "pairs"]
     assert sorted({tuple(s.config.hidden) for s in pairs}) == [(512, 512), (1024,)]
-    assert len(pairs) == 6 and len({(tuple(s.config.hidden), s.config.seed) for s in pairs}) == 6
+    assert len(pairs) == 10 and len({(tuple(s.config.hidden), s.config.seed) for s in pairs}) == 10
+    assert PROTOCOL.seeds["fast"] == STUDY.preset("fast").n_pairs == 5
     assert all(s.config.match_steps == [10, 50, 100] and s.config.loop.steps == 130 for s in pairs)
     # an architecture's seed pairs train as one ensemble; so do the transformer pairs
     assert {s.group for s in pairs} == {"pair_mlp_1024", "pair_mlp_512x512"}
@@ -83,34 +84,58 @@ def _row(seed, init_perm, init_vanilla, init_random, bar_perm, bar_vanilla, bar_
     }
 
 
+LABEL = "MLP 64-1024-10"
+
+
 def test_verdicts_judge_per_seed_pair_with_controls_and_can_fail():
     rows = [
         _row(0, 0.5, 0.1, 0.1, 0.1, 0.5, 0.6),
-        _row(1, 0.4, 0.12, 0.11, 0.2, 0.4, 0.4),
-        _row(2, 0.25, 0.3, 0.1, 0.3, 0.5, 0.5),
+        _row(1, 0.45, 0.12, 0.11, 0.2, 0.4, 0.4),
+        _row(2, 0.55, 0.13, 0.1, 0.15, 0.5, 0.5),
+        _row(3, 0.5, 0.1, 0.12, 0.1, 0.5, 0.55),
+        _row(4, 0.48, 0.09, 0.09, 0.12, 0.45, 0.5),
     ]
-    p1, p2, p3 = _verdicts("MLP", rows)
-    assert p1.status == "held" and p1.measured == pytest.approx(0.38333333333333336)
-    assert p1.per_seed == (0.5, 0.4, 0.25) and p1.threshold == P1_MIN_ACCURACY  # 2 of 3 pass
-    assert p1.control.status == "not held"
+    p1, p2, p3 = _verdicts(LABEL, rows)
+    assert p1.claim_id == f"p1 ({LABEL})" and p1.threshold == P1_MIN_ACCURACY
+    assert p1.status == "held" and p1.measured == pytest.approx(0.496)
+    assert p1.per_seed == (0.5, 0.45, 0.55, 0.5, 0.48) and p1.n_seeds == 5
+    assert p1.interval[0] > P1_MIN_ACCURACY  # the 95 % interval lies above the bar
+    # the control is the ablation (a random π on the same pairs), judged by the same rule
+    assert p1.control.kind == "ablation" and p1.control.status == "not held"
+    assert p1.control.per_seed == {0: 0.1, 1: 0.11, 2: 0.1, 3: 0.12, 4: 0.09}
     assert p2.status == "held" and p2.threshold == P2_MAX_ACCURACY
+    assert p2.control.status == "not held"  # the matched average is not near chance
     assert p3.status == "held" and p3.threshold == P3_MAX_RATIO
-    assert p3.per_seed == pytest.approx((0.2, 0.5, 0.6))  # ratios; 2 of 3 at most 0.5
-    assert p3.control.per_seed == pytest.approx({0: 1.2, 1: 1.0, 2: 1.0})
+    assert p3.per_seed == pytest.approx((0.2, 0.5, 0.3, 0.2, 0.12 / 0.45))
+    assert p3.control.per_seed == pytest.approx({0: 1.2, 1: 1.0, 2: 1.0, 3: 1.1, 4: 0.5 / 0.45})
+    assert PROTOCOL.check([p1, p2, p3])  # thresholds, directions, statistic as registered
+    # three seeds: fewer than 5, inconclusive whatever the values
+    assert {v.status for v in _verdicts(LABEL, rows[:3])} == {"inconclusive"}
     # the random permutation does as well as the matched one: the control holds, inconclusive
-    same = [_row(s, 0.5, 0.1, 0.5, 0.1, 0.5, 0.1) for s in range(3)]
-    p1, _, p3 = _verdicts("MLP", same)
-    assert p1.status == "inconclusive" and p3.status == "inconclusive"
+    same = [_row(s, 0.5, 0.1, 0.5, 0.1, 0.5, 0.1) for s in range(5)]
+    p1, _, p3 = _verdicts(LABEL, same)
+    assert p1.control.status == "held" and p1.status == "inconclusive"
+    assert p3.status == "inconclusive"
     # informative runs where the claims fail
-    bad = [_row(s, 0.2, 0.3, 0.1, 0.5, 0.5, 0.5) for s in range(3)]
-    assert [v.status for v in _verdicts("MLP", bad)] == ["not held"] * 3
+    bad = [_row(s, 0.2 + 0.01 * s, 0.3, 0.1, 0.5, 0.5, 0.5) for s in range(5)]
+    assert [v.status for v in _verdicts(LABEL, bad)] == ["not held"] * 3
     # an end point that did not train: the precondition fails, every claim inconclusive
-    untrained = [_row(s, 0.5, 0.1, 0.1, 0.1, 0.5, 0.6, acc=0.5) for s in range(3)]
-    assert [v.status for v in _verdicts("MLP", untrained)] == ["inconclusive"] * 3
+    untrained = [_row(s, 0.5, 0.1, 0.1, 0.1, 0.5, 0.6, acc=0.5) for s in range(5)]
+    assert [v.status for v in _verdicts(LABEL, untrained)] == ["inconclusive"] * 3
     # no vanilla barrier: p3's ratio is undefined (NaN) and its precondition fails
-    flat = [_row(s, 0.5, 0.1, 0.1, 0.0, 0.0, 0.0) for s in range(3)]
-    p3 = _verdicts("MLP", flat)[2]
+    flat = [_row(s, 0.5, 0.1, 0.1, 0.0, 0.0, 0.0) for s in range(5)]
+    p3 = _verdicts(LABEL, flat)[2]
     assert p3.status == "inconclusive" and all(math.isnan(v) for v in p3.per_seed)
+
+
+def test_protocol_covers_every_gated_architecture_of_every_preset():
+    ids = {c.id for c in PROTOCOL.claims}
+    for preset in ("smoke", "fast", "paper"):
+        for hidden in STUDY.preset(preset).pair_hidden:
+            label = "MLP " + "-".join(map(str, [64, *hidden, 10]))
+            assert {f"p{k} ({label})" for k in (1, 2, 3)} <= ids
+    assert all(c.kind == "finding" and c.control for c in PROTOCOL.claims)
+    assert PROTOCOL.amendments and len(PROTOCOL.sha256) == 64
 
 
 TINY = PermutedInitRun(hidden=[16], n_train=60, batch_size=10, loop=Loop(steps=3, log_every=1))
@@ -184,8 +209,10 @@ def test_smoke_preset_end_to_end(tmp_path):
         assert len(claim["per_seed"]) == 3 and claim["control"]["per_seed"] is not None
     # two updates train nothing: the precondition fails and every claim is inconclusive
     assert {c["status"] for c in data["claims"]} == {"inconclusive"}
-    # p1's control (a random permutation of untrained nets' inits) fails the 0.30 bar
-    assert data["claims"][0]["control"]["status"] == "not held"
+    # every control is the ablation on the same runs, measured on 3 seeds: inconclusive too
+    assert all(c["control"]["kind"] == "ablation" for c in data["claims"])
+    assert data["claims"][0]["control"]["status"] == "inconclusive"
+    assert data["protocol"]["sha256"] == PROTOCOL.sha256
     # S7's smoke oracles, measured on every run's net 0: a random permutation changes no
     # output (float32 rounding), matching recovers it by weights exactly and by activations on
     # every live unit, the barrier of a net with itself is 0

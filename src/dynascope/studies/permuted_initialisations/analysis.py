@@ -4,8 +4,8 @@ Glossary: a run's ``label`` is its architecture (``MLP 64-1024-10``, ``CNN 32-32
 ``vanilla``, ``activation``, ``weight``, ``random`` are the permutations of net 1 (none,
 activation matching, weight matching, uniformly random: the negative control); ``init_avg``
 is the average of the two random initialisations under a permutation; ``midpoint`` is
-θ(0.5) of the trained nets. A seed is a gated pair run's seed. Thresholds and how they were
-fixed: docs/studies/permuted-initialisations.md.
+θ(0.5) of the trained nets. A seed is a gated pair run's seed. Thresholds, preconditions,
+controls and seeds: the study's protocol (``protocol.py``).
 """
 
 from __future__ import annotations
@@ -18,24 +18,14 @@ import numpy as np
 from dynascope.store import Run
 from dynascope.studies._run_values import last_or_nan
 from dynascope.studies.base import Analysis
-from dynascope.studies.verdict import Control, Precondition, Verdict, judge
+from dynascope.studies.verdict import Precondition, Verdict
 
 from .figures import CHANCE, barrier_figure, label_of, nway_t_figure, path_figure
+from .protocol import PROTOCOL, TRAINED_MIN_ACCURACY
 from .transformer import barrier_tables, split_runs
 
-__all__ = [
-    "CHANCE",
-    "P1_MIN_ACCURACY",
-    "P2_MAX_ACCURACY",
-    "P3_MAX_RATIO",
-    "TRAINED_MIN_ACCURACY",
-    "analyze",
-]
+__all__ = ["CHANCE", "analyze"]
 
-P1_MIN_ACCURACY = 0.30  # S7's proposal, frozen before the first fast run (session 1)
-P2_MAX_ACCURACY = 0.20  # S7's proposal, frozen before the first fast run (session 1)
-P3_MAX_RATIO = 0.5  # matched / vanilla NLL barrier: matching removes at least half (theory)
-TRAINED_MIN_ACCURACY = 0.85  # precondition: both end points of every pair trained
 METHODS = ("vanilla", "activation", "weight", "random")
 
 
@@ -83,7 +73,7 @@ def _trained(rows: list[dict]) -> Precondition:
     met = met and math.isfinite(worst) and worst >= TRAINED_MIN_ACCURACY
     return Precondition(
         f"both trained nets of every pair reach test accuracy >= {TRAINED_MIN_ACCURACY} "
-        "(measured: the worst)",
+        "(per pair, per net; measured: the worst)",
         met,
         worst,
     )
@@ -104,47 +94,25 @@ def _verdicts(label: str, rows: list[dict]) -> list[Verdict]:
         trained.met and all(r["barrier.vanilla.loss"] > 0 for r in rows),
         vanilla_barrier,
     )
+    spec = lambda claim: PROTOCOL.claim(f"{claim} ({label})")  # noqa: E731
     return [
-        judge(
-            claim=f"p1 ({label}): the average of the two permuted random inits beats chance",
-            metric="per seed pair, test accuracy of ½(θ_0(0) + π θ_1(0)), π by activation "
-            "matching of the trained nets",
-            per_seed=per_seed("init_avg.activation.accuracy"),
-            threshold=P1_MIN_ACCURACY,
-            direction=">=",
+        spec("p1").judge(
+            per_seed("init_avg.activation.accuracy"),
             precondition=trained,
-            control=Control(
-                "a uniformly random permutation π instead of the matched one",
-                per_seed=per_seed("init_avg.random.accuracy"),
-            ),
+            control=per_seed("init_avg.random.accuracy"),
             detail=f"chance {CHANCE}; weight matching's π gives "
             f"{_mean(rows, 'init_avg.weight.accuracy'):.3f}",
         ),
-        judge(
-            claim=f"p2 ({label}): the unpermuted init average stays near chance",
-            metric="per seed pair, test accuracy of ½(θ_0(0) + θ_1(0))",
-            per_seed=per_seed("init_avg.vanilla.accuracy"),
-            threshold=P2_MAX_ACCURACY,
-            direction="<=",
+        spec("p2").judge(
+            per_seed("init_avg.vanilla.accuracy"),
             precondition=trained,
-            control=Control(
-                "the inits averaged after the matched permutation (must not stay near chance)",
-                per_seed=per_seed("init_avg.activation.accuracy"),
-            ),
+            control=per_seed("init_avg.activation.accuracy"),
             detail=f"chance {CHANCE}; one init alone: {_mean(rows, 'net0.init.accuracy'):.3f}",
         ),
-        judge(
-            claim=f"p3 ({label}): matching removes most of the loss barrier between the "
-            "trained nets",
-            metric="per seed pair, NLL barrier activation-matched / vanilla",
-            per_seed=per_seed(lambda r: _ratio(r, "activation")),
-            threshold=P3_MAX_RATIO,
-            direction="<=",
+        spec("p3").judge(
+            per_seed(lambda r: _ratio(r, "activation")),
             precondition=p3_pre,
-            control=Control(
-                "net 1 permuted uniformly at random instead of matched (same ratio)",
-                per_seed=per_seed(lambda r: _ratio(r, "random")),
-            ),
+            control=per_seed(lambda r: _ratio(r, "random")),
             detail=f"barriers vanilla {vanilla_barrier:.3f}, matched "
             f"{_mean(rows, 'barrier.activation.loss'):.3f}, random "
             f"{_mean(rows, 'barrier.random.loss'):.3f} nats; midpoint accuracy matched − "
@@ -185,7 +153,7 @@ def analyze(runs: dict[str, Run], figures: Path) -> Analysis:
     hidden = [r.config["hidden"][0] for _, r in sorted(runs.items())]
     figs = [
         path_figure(runs, finished, figures),
-        barrier_figure(rows, hidden, finished, figures, P1_MIN_ACCURACY),
+        barrier_figure(rows, hidden, finished, figures, PROTOCOL.claims[0].threshold),
         nway_t_figure(by_t, nway, figures),
     ]
     return Analysis(verdicts, figs, tables)

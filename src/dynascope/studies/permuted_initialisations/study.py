@@ -11,10 +11,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynascope.studies.base import RunSpec, Study
-from dynascope.studies.engine_runs import engine_runner
 from dynascope.train import Loop
 
 from .analysis import analyze
+from .protocol import PROTOCOL
 from .runs import PermutedInitRun, build_permuted_inits
 from .transformer import TransformerBarrierRun, build_transformer_pair
 
@@ -90,13 +90,13 @@ def smoke() -> PermutedInitialisationsPreset:
 
 
 def fast() -> PermutedInitialisationsPreset:
-    """S7's fast grid (≤ 3 min on 2 CPU cores): MLP 64-1024-10 and 64-512-512-10 x 3 seed pairs,
+    """S7's fast grid (≤ 3 min on 2 CPU cores): MLP 64-1024-10 and 64-512-512-10 x 5 seed pairs,
     130 updates, T in {10, 50, 100, end}; widths {32, 128, 512, 2048}; 10-way; one CNN
     32-32-avg-64-64 pair; 3 recall-transformer pairs."""
     return PermutedInitialisationsPreset(
         base=PermutedInitRun(match_steps=[10, 50, 100], loop=_loop(130)),
         pair_hidden=[[1024], [512, 512]],
-        n_pairs=3,
+        n_pairs=5,
         widths=[32, 128, 512, 2048],
         nway_hidden=[1024],
         nway_nets=10,
@@ -108,14 +108,14 @@ def fast() -> PermutedInitialisationsPreset:
 def paper() -> PermutedInitialisationsPreset:
     """S7's paper grid on digits (GPU): widths 32-8192 at depths 1/2/4, both CNN families with
     k in {32..256}, AdamW and SGD (lr 0.01, 0.03), 10-way averages, 3,000 updates (the paper's
-    5 epochs of 60k images)."""
+    5 epochs of 60k images); 5 seed pairs per gated architecture."""
     base = PermutedInitRun(match_steps=[10, 50, 100, 500], loop=_loop(3000, 50))
     cnns = [f"{k}-{k}-avg-{2 * k}-{2 * k}" for k in (32, 64, 128, 256)]
     cnns += [f"{k}-avg-{2 * k}-avg-{4 * k}" for k in (32, 64, 128, 256)]
     return PermutedInitialisationsPreset(
         base=base,
         pair_hidden=[[1024], [512, 512], [2048, 2048]],
-        n_pairs=3,
+        n_pairs=5,
         widths=[32, 128, 512, 2048, 8192],
         width_depths=[1, 2, 4],
         nway_hidden=[2048, 2048],
@@ -140,12 +140,11 @@ def build_runs(preset: PermutedInitialisationsPreset, seed: int = 0) -> list[Run
     ``base.seed + seed + k``."""
     base = preset.base
     s0 = base.seed + seed
-    runner = engine_runner(build_permuted_inits)
     specs = []
 
     def add(name: str, ensemble: str | None = None, **update) -> None:
         config = PermutedInitRun.model_validate({**base.model_dump(), **update})
-        specs.append(RunSpec(name, config, runner, group=ensemble))
+        specs.append(RunSpec(name, config, build_permuted_inits, group=ensemble))
 
     for hidden in preset.pair_hidden:
         tag = f"pair_mlp_{_hidden_tag(hidden)}"
@@ -177,10 +176,11 @@ def build_runs(preset: PermutedInitialisationsPreset, seed: int = 0) -> list[Run
                     match_steps=[],
                     **choice.model_dump(),
                 )
-    pair_runner = engine_runner(build_transformer_pair)
     for k in range(preset.transformer_pairs):  # issue 20: barrier of matched transformers
         config = preset.transformer.model_copy(update={"seed": preset.transformer.seed + s0 + k})
-        specs.append(RunSpec(f"transformer_recall_p{k}", config, pair_runner, group="transformer"))
+        specs.append(
+            RunSpec(f"transformer_recall_p{k}", config, build_transformer_pair, group="transformer")
+        )
     return specs
 
 
@@ -191,4 +191,5 @@ STUDY = Study(
     presets={"smoke": smoke, "fast": fast, "paper": paper},
     build_runs=build_runs,
     analyze=analyze,
+    protocol=PROTOCOL,
 )
