@@ -1,19 +1,20 @@
 """hyper-ut-pvr verdicts u1-u3 on hop-PVR, judged per seed under the verdict contract, and the
-paper preset's reported tables (notes: docs/studies/hyper-ut-pvr.md).
+paper preset's reported tables (protocol: ``protocol.py``; notes: docs/studies/hyper-ut-pvr.md).
 
-Per seed ``s`` (the runs ``ut_act_s{k}``, ``hyper_ut_s{k}`` share their seed and data):
+Per seed ``s`` (the runs ``fixed_s{k}``, ``ut_act_s{k}``, ``hyper_ut_s{k}`` and
+``ut_act_shuffled_s{k}`` share their seed and inputs):
 
-- u1: ρ_s = Spearman ρ(h, ponder of UT-ACT at h) over the evaluated h, ``>=`` 0.8 (S8).
-  Control: the same ρ of the untrained UT-ACT (its step-0 evaluation).
-- u2: the worst accuracy over the trained h and both ACT models, ``>=`` 0.9 (S8). Control:
-  the same worst accuracy of the untrained models (step 0).
-- u3: acc(Hyper-UT, h_max) − acc(UT-ACT, h_max) at the largest, untrained h, ``>=`` δ, with
-  δ = 3·sqrt(2·¼ / eval_size), three binomial standard errors of a difference of two
-  accuracies on ``eval_size`` examples each (theory, fixed before any seed ran; 0.047 at
-  ``eval_size`` 2000). Control: the same gap at the largest trained h.
+- u1: ρ_s = Spearman ρ(h, ponder of UT-ACT at h) over the evaluated h. Control (ablation):
+  the same ρ of UT-ACT trained on labels shuffled across the training set.
+- u2: the worst accuracy over the trained h and both ACT models. Control (ablation): the same
+  worst accuracy of the fixed-depth 2-layer baseline.
+- u3: z_s = (acc(Hyper-UT, h_max) − acc(UT-ACT, h_max)) / SE at the largest, untrained h,
+  SE = sqrt(2·¼ / eval_size) (one binomial standard error of a difference of two accuracies
+  at p = ½). Control: the same z at the largest trained h.
 
-Preconditions: u1 and u3 presuppose that the models fit the trained hops (u2's per-seed value
-≥ 0.9 in at least 2/3 of the seeds; for u1, UT-ACT's alone); u2 that every ACT run finished.
+Thresholds, directions, statistics and preconditions: :data:`.protocol.PROTOCOL`.
+Preconditions: u1 and u3 presuppose that every model they read fits the trained hops in every
+seed (worst trained-h accuracy >= u2's bar); u2 that every run it reads finished.
 """
 
 from __future__ import annotations
@@ -27,34 +28,36 @@ from scipy.stats import spearmanr
 from dynascope.store import Run
 from dynascope.studies._run_values import last_or_nan
 from dynascope.studies.base import Analysis
-from dynascope.studies.verdict import Control, Precondition, judge
+from dynascope.studies.verdict import Precondition
 from dynascope.tasks.pvr import AGGREGATIONS
 
 from .figures import digits_figure, hops_figure, vector_figure, visual_figure
+from .protocol import FIT_ACCURACY, PROTOCOL
 from .runs import DIGITS_MODELS, TOKEN_MODELS, HopPVRRun, VectorPVRRun
 
 __all__ = [
     "PAPER_LAYER_SAVING",
-    "U1_RHO",
-    "U2_ACCURACY",
     "analyze",
     "digits_rows",
-    "gap_threshold",
+    "gap_standard_error",
     "vector_rows",
     "visual_rows",
 ]
 
-U1_RHO = 0.8  # S8's proposal, frozen
-U2_ACCURACY = 0.9  # S8's proposal, frozen
-U3_SE = 3.0  # u3: the gap must exceed this many binomial standard errors
 PAPER_LAYER_SAVING = 0.70  # S8: "on average over 70% fewer layers" than ViT (reference only)
 ACT_MODELS = ("ut_act", "hyper_ut")
 
 
-def gap_threshold(eval_size: int) -> float:
-    """u3's δ: ``U3_SE`` standard errors of a difference of two accuracies, each measured on
-    ``eval_size`` examples, at the largest binomial variance (p = ½)."""
-    return U3_SE * math.sqrt(2 * 0.25 / eval_size)
+def gap_standard_error(eval_size: int) -> float:
+    """u3's unit: the binomial standard error of a difference of two accuracies, each measured
+    on ``eval_size`` examples, at the largest binomial variance (p = ½): ``sqrt(2·¼ / n)``.
+
+    Raises:
+        ValueError: if ``eval_size`` < 1.
+    """
+    if eval_size < 1:
+        raise ValueError(f"eval_size must be >= 1 (got {eval_size})")
+    return math.sqrt(2 * 0.25 / eval_size)
 
 
 def _at(run: Run, key: str, step: int | None = None) -> float:
@@ -78,8 +81,10 @@ def _seed_rows(runs: dict[str, Run], cfg: HopPVRRun) -> list[dict]:
     """Per seed: the claims' metrics, trained (last step) and untrained (step 0)."""
     rows = []
     k = 0
+    se = gap_standard_error(cfg.eval_size)
     while f"ut_act_s{k}" in runs and f"hyper_ut_s{k}" in runs:
         ut, hyper = runs[f"ut_act_s{k}"], runs[f"hyper_ut_s{k}"]
+        fixed, shuffled = runs.get(f"fixed_s{k}"), runs.get(f"ut_act_shuffled_s{k}")
         row: dict = {"seed": int(ut.config["seed"])}
         for tag, step in (("", None), ("init.", 0)):
             ponder = [_at(ut, f"eval.h{h}.ponder", step) for h in cfg.eval_hops]
@@ -92,64 +97,73 @@ def _seed_rows(runs: dict[str, Run], cfg: HopPVRRun) -> list[dict]:
             row[f"{tag}fit_ut"] = min(acc["ut_act", h] for h in cfg.train_hops)
             row[f"{tag}fit"] = min(acc[m, h] for m in ACT_MODELS for h in cfg.train_hops)
             h_max, h_trained = cfg.eval_hops[-1], max(cfg.train_hops)
+            row[f"{tag}fit_hyper"] = min(acc["hyper_ut", h] for h in cfg.train_hops)
             row[f"{tag}gap"] = acc["hyper_ut", h_max] - acc["ut_act", h_max]
             row[f"{tag}gap_trained"] = acc["hyper_ut", h_trained] - acc["ut_act", h_trained]
+        row["gap_z"], row["gap_trained_z"] = row["gap"] / se, row["gap_trained"] / se
         ponder = [_at(hyper, f"eval.h{h}.ponder") for h in cfg.eval_hops]
         row["rho_hyper"] = _rho(cfg.eval_hops, ponder)
+        ponder = [_at(shuffled, f"eval.h{h}.ponder") if shuffled else math.nan
+                  for h in cfg.eval_hops]  # fmt: skip
+        row["rho_shuffled"] = _rho(cfg.eval_hops, ponder)
+        row["fit_fixed"] = min(
+            (_at(fixed, f"eval.h{h}.accuracy") if fixed else math.nan for h in cfg.train_hops)
+        )
         row["finished"] = ut.status == "finished" and hyper.status == "finished"
+        row["finished_shuffled"] = shuffled is not None and shuffled.status == "finished"
+        row["finished_fixed"] = fixed is not None and fixed.status == "finished"
         rows.append(row)
         k += 1
     return rows
 
 
-def _fit_precondition(rows: list[dict], key: str, who: str) -> Precondition:
-    values = [r[key] for r in rows]
-    n_fit = sum(v >= U2_ACCURACY for v in values if math.isfinite(v))
+def _fit_precondition(rows: list[dict], keys: tuple[str, ...], who: str, extra: str = "",
+                      also: bool = True) -> Precondition:  # fmt: skip
+    """Every seed of every arm in ``keys`` fits: worst trained-h accuracy >= FIT_ACCURACY."""
+    values = [r[key] for r in rows for key in keys]
+    met = bool(values) and all(math.isfinite(v) and v >= FIT_ACCURACY for v in values) and also
     return Precondition(
-        f"{who} fit the trained hops: worst trained-h accuracy >= {U2_ACCURACY:g} in at least "
-        f"2/3 of the seeds (measured: {n_fit} of {len(values)}; value: the seed mean)",
-        met=bool(values) and 3 * n_fit >= 2 * len(values),
-        measured=float(np.nanmean(values)) if values else float("nan"),
+        f"{who} fit the trained hops in every seed: worst trained-h accuracy >= "
+        f"{FIT_ACCURACY:g} per arm and seed{extra} (measured: the worst)",
+        met=met,
+        measured=float(np.nanmin(values)) if values and not np.all(np.isnan(values)) else math.nan,
     )
 
 
 def _verdicts(rows: list[dict], cfg: HopPVRRun) -> list:
     per = lambda key: {r["seed"]: r[key] for r in rows}  # noqa: E731
-    hops, trained = cfg.eval_hops, cfg.train_hops
-    h_max, h_trained = hops[-1], max(trained)
-    delta = gap_threshold(cfg.eval_size)
+    h_max, h_trained = cfg.eval_hops[-1], max(cfg.train_hops)
+    se = gap_standard_error(cfg.eval_size)
     finished = all(r["finished"] for r in rows)
-    return [
-        judge(
-            claim="u1: UT-ACT ponders longer on more hops",
-            metric=f"per seed, Spearman ρ(h, mean n + rem at the readout) over h = {hops}",
-            per_seed=per("rho_ut"), threshold=U1_RHO, direction=">=",
-            precondition=_fit_precondition(rows, "fit_ut", "UT-ACT"),
-            control=Control("the untrained UT-ACT (step-0 evaluation), the same ρ",
-                            per_seed=per("init.rho_ut")),
-            detail="Hyper-UT's ρ per seed (reported): "
-            + ", ".join(f"{r['rho_hyper']:.3g}" for r in rows),
+    shuffled_ok = bool(rows) and all(r["finished_shuffled"] for r in rows)
+    fixed_ok = bool(rows) and all(r["finished_fixed"] for r in rows)
+    u1 = PROTOCOL.claim("u1").judge(
+        per("rho_ut"),
+        precondition=_fit_precondition(rows, ("fit_ut",), "UT-ACT",
+                                       "; the shuffled-label UT-ACT finished", shuffled_ok),
+        control=per("rho_shuffled"),
+        detail="Hyper-UT's ρ per seed (reported): "
+        + ", ".join(f"{r['rho_hyper']:.3g}" for r in rows),
+    )  # fmt: skip
+    u2 = PROTOCOL.claim("u2").judge(
+        per("fit"),
+        precondition=Precondition(
+            "every ACT run and the fixed-depth baseline finished (none diverged)",
+            met=bool(rows) and finished and fixed_ok,
         ),
-        judge(
-            claim="u2: UT-ACT and Hyper-UT fit every trained hop count",
-            metric=f"per seed, min accuracy over trained h = {trained} and both ACT models",
-            per_seed=per("fit"), threshold=U2_ACCURACY, direction=">=",
-            precondition=Precondition("every ACT run finished (none diverged)", met=finished),
-            control=Control("the untrained models (step-0 evaluation), the same minimum",
-                            per_seed=per("init.fit")),
-            detail="the fixed 2-layer baseline is reported in the table",
-        ),
-        judge(
-            claim=f"u3: Hyper-UT generalises to the untrained h = {h_max} better than UT-ACT",
-            metric=f"per seed, acc(Hyper-UT, h={h_max}) − acc(UT-ACT, h={h_max}) on "
-            f"{cfg.eval_size} examples; threshold δ = 3 binomial SEs of the difference",
-            per_seed=per("gap"), threshold=delta, direction=">=",
-            precondition=_fit_precondition(rows, "fit", "UT-ACT and Hyper-UT"),
-            control=Control(f"the same gap at the largest trained h = {h_trained}",
-                            per_seed=per("gap_trained")),
-            detail=f"δ = 3·sqrt(0.5 / {cfg.eval_size}) = {delta:.4f} (theory, before any seed)",
-        ),
-    ]  # fmt: skip
+        control=per("fit_fixed"),
+        detail="fixed-depth 2-layer baseline's worst trained-h accuracy per seed: "
+        + ", ".join(f"{r['fit_fixed']:.3g}" for r in rows),
+    )
+    u3 = PROTOCOL.claim("u3").judge(
+        per("gap_z"),
+        precondition=_fit_precondition(rows, ("fit_ut", "fit_hyper"), "UT-ACT and Hyper-UT"),
+        control=per("gap_trained_z"),
+        detail=f"h_max = {h_max} (untrained), control at h = {h_trained}; SE = sqrt(0.5 / "
+        f"{cfg.eval_size}) = {se:.4f}; gaps in accuracy per seed: "
+        + ", ".join(f"{r['gap']:.3g}" for r in rows),
+    )
+    return [u1, u2, u3]
 
 
 def _hop_rows(by_model: dict[str, list[Run]], cfg: HopPVRRun) -> list[dict]:

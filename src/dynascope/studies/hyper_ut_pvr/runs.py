@@ -38,11 +38,10 @@ from torch import Tensor, nn
 from dynascope.nn import Transformer
 from dynascope.nn.universal import ACTResult, HyperUT, UniversalTransformer
 from dynascope.nn.vit import ViT
-from dynascope.studies.engine_runs import EngineRunConfig
 from dynascope.tasks.digits import Digits
 from dynascope.tasks.digits_pvr import DigitsPVR
 from dynascope.tasks.pvr import HopPVR, VectorPVR
-from dynascope.train import Parts, SeedStreams
+from dynascope.train import EngineRunConfig, Parts, SeedStreams
 
 __all__ = [
     "DIGITS_MODELS",
@@ -98,6 +97,9 @@ class HopPVRRun(TokenModelRun):
     length: int = Field(10, ge=2, le=10, description="L digits")
     train_hops: list[int] = Field(default_factory=lambda: [1, 2, 3, 4], min_length=1)
     eval_hops: list[int] = Field(default_factory=lambda: [1, 2, 3, 4, 5], min_length=2)
+    shuffle_labels: bool = Field(
+        False, description="u1's ablation: training labels permuted across examples"
+    )
 
 
 class VectorPVRRun(TokenModelRun):
@@ -249,11 +251,18 @@ def _measure(model: nn.Module, forward: Callable, batch: Batch, prefix: str) -> 
 
 # -- builds --------------------------------------------------------------------------------------
 def build_hop_pvr(config: HopPVRRun, streams: SeedStreams) -> Parts:
-    """Hop-PVR: train on ``train_hops``; evaluate ``eval.h{h}.*`` for every ``eval_hops``."""
+    """Hop-PVR: train on ``train_hops``; evaluate ``eval.h{h}.*`` for every ``eval_hops``.
+
+    With ``shuffle_labels`` (u1's ablation) the training labels are permuted across the
+    training set (stream ``shuffle``): the inputs, hop tokens and budget are unchanged, but no
+    label asks for h hops. The evaluation sets keep their true labels."""
     task = HopPVR(
         length=config.length, train_hops=tuple(config.train_hops), max_hops=max(config.eval_hops)
     )
     train = task.batch("train", config.n_train, streams.generator("train_set"))
+    if config.shuffle_labels:  # the hop count no longer says how much to compute
+        order = torch.randperm(len(train["y"]), generator=streams.generator("shuffle"))
+        train = {**train, "y": train["y"][order]}
     evals = {
         f"h{h}": task.batch_for_hops(h, config.eval_size, streams.generator(f"eval_h{h}"))
         for h in config.eval_hops
