@@ -12,18 +12,16 @@ import numpy as np
 from dynascope.probes.coordcheck import CoordRecord, coord_summary
 from dynascope.store import Run
 from dynascope.studies.base import Analysis, Verdict
-from dynascope.studies.verdict import Control, Precondition, judge
+from dynascope.studies.verdict import Precondition
 
 from . import figures
+from .protocol import GATED_MODULES, MIN_WIDTH_SPAN, PROTOCOL
 
-__all__ = ["GATED_MODULES", "analyze", "coord_tables", "load_records", "sweeps"]
+__all__ = ["GATED_MODULES", "analyze", "coord_tables", "fit_per_seed", "load_records", "sweeps"]
 
-# Frozen thresholds (S09's proposals; see the notes page).
-C1_SP_GROWTH = 4.0
-C2_MUP_SPREAD = 1.5
-GATED_MODULES = ("W1", "relu1", "W2", "relu2", "logits")
+# Thresholds, directions and statistics live in .protocol (PROTOCOL); c2 reads these steps.
 C2_STEPS = (2, 3)
-MIN_WIDTH_SPAN = 8.0  # precondition: w_max / w_min
+BASE_WIDTH = 64  # the fit bar is read here, where SP's and muP's learning rates agree
 
 _NAME = re.compile(r"^(?P<sweep>.+)_w(?P<width>\d+)_(?:s|lr)\d+$")
 
@@ -76,6 +74,33 @@ def _growth_per_seed(runs: list[Run], t: int) -> dict[int, float]:
     return {s: float(r) if np.isfinite(r) else math.nan for s, r in zip(seeds, ratio)}
 
 
+def fit_per_seed(runs: list[Run]) -> dict[int, bool]:
+    """Per seed of one arm: every width's run finished with a finite ``train.loss`` at every
+    logged step, and at the base width (:data:`BASE_WIDTH`, else the narrowest) the last logged
+    loss is below the first (the update lowered the loss on the fixed batch).
+
+    Args:
+        runs: the arm's coordinate-check runs (every width and seed).
+    Returns:
+        seed -> whether that seed's runs meet the bar.
+    """
+    by_seed: dict[int, dict[int, Run]] = {}
+    for run in runs:
+        by_seed.setdefault(int(run.config["seed"]), {})[int(run.config["width"])] = run
+    out = {}
+    for seed, by_width in by_seed.items():
+        ok = True
+        for run in by_width.values():
+            loss = (
+                run.scalar("train.loss").to_numpy(dtype=float) if run.status == "finished" else []
+            )
+            ok = ok and len(loss) >= 1 and bool(np.all(np.isfinite(loss)))
+        base = by_width.get(BASE_WIDTH, by_width[min(by_width)])
+        loss = base.scalar("train.loss").to_numpy(dtype=float) if ok else np.array([])
+        out[seed] = bool(ok and len(loss) >= 2 and loss[-1] < loss[0])
+    return out
+
+
 def _worst_spread_per_seed(runs: list[Run], steps: list[int]) -> tuple[dict[int, float], list]:
     """Per seed: the worst ``max_w l1 / min_w l1`` over the gated modules and ``steps``.
 
@@ -104,43 +129,32 @@ def _verdicts(sp: list[Run], mup: list[Run]) -> tuple[list[Verdict], list[dict]]
     last_t = max(t for _, t in sp_rows)
     _, widths, _ = coord_tables(sp)
     span = widths[-1] / widths[0]
-    finished = all(r.status == "finished" for r in (*sp, *mup))
     steps = [t for t in C2_STEPS if t <= last_t]
+    fit = {**{("standard", s): v for s, v in fit_per_seed(sp).items()},
+           **{("mup", s): v for s, v in fit_per_seed(mup).items()}}  # fmt: skip
+    fit_ok = bool(fit) and all(fit.values())
+    failed = ", ".join(f"{arm} seed {s}" for (arm, s), ok in fit.items() if not ok)
     precondition = Precondition(
-        f"every run finished, the widths span w_max / w_min >= {MIN_WIDTH_SPAN:g} and at "
-        "least one update was taken",
-        met=finished and span >= MIN_WIDTH_SPAN and last_t >= 2,
+        "; ".join(PROTOCOL.claim("c1").preconditions)
+        + f" (measured: w_max / w_min; {'fit failed: ' + failed if failed else 'every arm fit'})",
+        met=fit_ok and span >= MIN_WIDTH_SPAN and last_t >= 2,
         measured=span,
     )
     c2_sp, _ = _worst_spread_per_seed(sp, steps)
     c2_mup, where = _worst_spread_per_seed(mup, steps)
     verdicts = [
-        judge(
-            claim=f"c1: SP + Adam: the logits grow with width after {last_t - 1} update(s)",
-            metric=f"per seed l1(logits, t={last_t}, w={widths[-1]}) / "
-            f"l1(logits, t={last_t}, w={widths[0]})",
-            per_seed=_growth_per_seed(sp, last_t),
-            threshold=C1_SP_GROWTH,
-            direction=">=",
+        PROTOCOL.claim("c1").judge(
+            _growth_per_seed(sp, last_t),
             precondition=precondition,
-            control=Control(
-                "muP + Adam, the same logits ratio (muP keeps the logits Θ(1))",
-                per_seed=_growth_per_seed(mup, last_t),
-            ),
-            detail=f"width ratio {span:g}",
+            control=_growth_per_seed(mup, last_t),
+            detail=f"{last_t - 1} update(s); l1(logits, t={last_t}, w={widths[-1]}) / "
+            f"l1(logits, t={last_t}, w={widths[0]}); width ratio {span:g}",
         ),
-        judge(
-            claim="c2: muP + Adam: every layer's mean |activation| stays flat in width",
-            metric=f"per seed, max over modules {', '.join(GATED_MODULES)} and t in "
-            f"{tuple(steps)} of max_w l1 / min_w l1",
-            per_seed=c2_mup,
-            threshold=C2_MUP_SPREAD,
-            direction="<=",
+        PROTOCOL.claim("c2").judge(
+            c2_mup,
             precondition=precondition,
-            control=Control(
-                "SP + Adam, the same worst spread (SP's logits grow with width)", per_seed=c2_sp
-            ),
-            detail="worst at " + "; ".join(where),
+            control=c2_sp,
+            detail=f"t in {tuple(steps)}; worst at " + "; ".join(where),
         ),
     ]
     rows = []
