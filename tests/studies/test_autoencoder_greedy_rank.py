@@ -25,9 +25,9 @@ from dynascope.studies.autoencoder_greedy_rank import (
     verdicts_from_runs,
 )
 from dynascope.studies.autoencoder_greedy_rank import runs as runs_module
-from dynascope.studies.engine_runs import run_members
+from dynascope.studies.autoencoder_greedy_rank.protocol import PROTOCOL
 from dynascope.tasks.low_rank import LowRankGaussian
-from dynascope.train import Loop
+from dynascope.train import Loop, run_members
 
 
 def gen(seed: int = 0) -> torch.Generator:
@@ -201,13 +201,13 @@ AT_ONCE = [25, 25, 25, 25, 25]
 
 
 def study_runs(tmp_path, **overrides):
-    """Three seeds of fast's arms: greedy stacks (s = 0.1) reaching rank 5; s = 0.5 stacks for
-    d (deeper: lower dip); all-at-once s = 1 controls (dips 4, 5, 5: no depth order) at rank 16
-    (noise learnt); L = 0 at once and full rank; a slower default L = 8."""
+    """Five seeds (the contract's minimum) of fast's arms: greedy stacks (s = 0.1) reaching
+    rank 5; s = 0.5 stacks for d (deeper: lower dip); all-at-once s = 1 controls (dips 4, 5, 5:
+    no depth order) at rank 16 (noise learnt); L = 0 at once and full rank; a slower default
+    L = 8."""
     full = {"t_modes": AT_ONCE, "dip": 5, "mid_rank": 16, "final_rank": 16}
     arms = {
         "L0_orth": {"n_stack": 0, **full},
-        "L0_default": {"n_stack": 0, "init": "default", "s": 1.0, **full},
         "L8_default": {
             "n_stack": 8, "init": "default", "s": 1.0, "t_modes": [20, 40, 60, 80, 95], "dip": 1,
         },
@@ -219,7 +219,7 @@ def study_runs(tmp_path, **overrides):
             "n_stack": L, "s": 1.0, "arm": "control", **full, "dip": 4 + (L > 2),
         }  # fmt: skip
     out = {}
-    for seed in range(3):
+    for seed in range(5):
         for arm, kw in arms.items():
             kw = {**kw, **overrides.get(arm, {})}
             name = f"{arm}_seed{seed}"
@@ -235,22 +235,47 @@ def test_a_greedy_study_holds_with_known_values(tmp_path):
     analysis = analyze(study_runs(tmp_path / "runs"), tmp_path / "figures")
     v = {x.claim.split(":")[0]: x for x in analysis.verdicts}
     assert list(v) == ["r1", "r2", "o", "r3", "r4", "d"]
-    assert v["r1"].status == "held" and v["r1"].per_seed == (0.0, 0.0, 0.0)
+    assert PROTOCOL.check(analysis.verdicts)  # thresholds, directions, statistics: the protocol's
+    five = tuple(range(5))
+    assert all(x.n_seeds == 5 and x.seeds == five for x in analysis.verdicts)
+    assert all(x.control.kind == "ablation" and x.control.n_seeds == 5 for x in analysis.verdicts)
+    assert v["r1"].status == "held" and v["r1"].per_seed == (0.0,) * 5
+    assert v["r1"].interval == (0.0, 0.0)
     assert v["r1"].control.status == "not held" and v["r1"].control.measured == 11.0
     assert "13/5/5" in v["r1"].detail  # rank 13 at init: the value at t_5 is not the init's
-    assert v["r2"].status == "held" and v["r2"].per_seed == (0.0, 0.0, 0.0)
+    assert v["r2"].status == "held" and v["r2"].per_seed == (0.0,) * 5
     assert v["r2"].control.status == "not held" and v["r2"].control.measured == 1.0
-    assert v["o"].status == "held" and v["o"].per_seed == (1.0, 1.0, 1.0)
-    shuffled = [float(x) for x in v["o"].control.per_seed.values()]
-    assert v["o"].control.status == "not held" and max(shuffled) < 1.0
-    assert v["r3"].status == "held" and v["r3"].per_seed == (16.0, 16.0, 16.0)
+    # o's ablation: the s = 1 stacks (all modes at once: no pair in order), not a shuffled order
+    assert v["o"].status == "held" and v["o"].per_seed == (1.0,) * 5
+    assert v["o"].control.status == "not held" and v["o"].control.measured == 0.0
+    assert v["r3"].status == "held" and v["r3"].per_seed == (16.0,) * 5
     assert v["r3"].control.status == "not held" and v["r3"].control.measured == 5.0
-    assert v["r3"].precondition.measured == 32.0
-    assert v["r4"].status == "held" and v["r4"].per_seed == (95.0 - 50.0,) * 3
-    assert v["r4"].control.per_seed == {0: 0.0, 1: 0.0, 2: 0.0}
-    assert v["d"].status == "held" and v["d"].per_seed == pytest.approx((-1.0,) * 3)
-    assert v["d"].control.per_seed == pytest.approx({0: 1.0, 1: 1.0, 2: 1.0})  # 5, 4, 5, 5
+    assert v["r3"].precondition.met and v["r3"].precondition.measured == 32.0
+    assert v["r4"].status == "held" and v["r4"].per_seed == (95.0 - 50.0,) * 5
+    # r4's ablation: the s = 1 orthogonal L = 8 stack against the greedy one (25 - 50), not 0
+    assert v["r4"].control.per_seed == {s: 25.0 - 50.0 for s in five}
+    assert v["r4"].control.status == "not held"
+    assert v["d"].status == "held" and v["d"].per_seed == pytest.approx((-1.0,) * 5)
+    assert v["d"].control.per_seed == pytest.approx({s: 1.0 for s in five})  # 5, 4, 5, 5
     assert len(analysis.figures) == 2 and all(p.is_file() for p in analysis.figures)
+
+
+def test_the_controls_read_their_ablation_arms(tmp_path):
+    """r4's control moves with the L = 8 s = 1 runs and o's with the s = 1 runs; a control arm
+    that did not learn its modes fails the fit precondition of the claims that read it."""
+    slow = {"t_modes": [70, 75, 80, 85, 90]}
+    v = claims(study_runs(tmp_path / "slow", L8_orth_s1=slow))
+    assert v["r4"].control.per_seed == {s: 90.0 - 50.0 for s in range(5)}
+    assert v["r4"].status == "inconclusive"  # the ablation holds too: no attribution
+    assert v["r4"].control.status == "held"
+    in_order = {"t_modes": GREEDY}
+    v = claims(study_runs(tmp_path / "ordered", **{f"L{L}_orth_s1": in_order for L in (2, 4, 8)}))
+    assert v["o"].control.status == "held" and v["o"].status == "inconclusive"
+    stuck = {"t_modes": [10, 20, 30, 40, None]}
+    v = claims(study_runs(tmp_path / "stuck", L2_orth_s1=stuck))
+    for claim in ("r1", "r2", "o"):
+        assert not v[claim].precondition.met and v[claim].status == "inconclusive", claim
+    assert v["r4"].precondition.met  # reads L = 8 only
 
 
 def test_the_verdicts_see_overlap_disorder_noise_a_fast_default_and_no_depth_order(tmp_path):
@@ -262,17 +287,17 @@ def test_the_verdicts_see_overlap_disorder_noise_a_fast_default_and_no_depth_ord
             L8_default={"t_modes": [5, 6, 7, 8, 9]},  # default init learns first
         )
     )
-    assert v["r2"].status == "not held" and v["r2"].per_seed == (1.0, 1.0, 1.0)
-    assert v["o"].per_seed == (0.9, 0.9, 0.9)  # the tied pair is not "in order"
-    assert v["r4"].status == "not held" and v["r4"].per_seed == (9.0 - 50.0,) * 3
-    assert v["d"].status == "not held" and v["d"].per_seed == pytest.approx((1.0,) * 3)
+    assert v["r2"].status == "not held" and v["r2"].per_seed == (1.0,) * 5
+    assert v["o"].per_seed == (0.9,) * 5  # the tied pair is not "in order"
+    assert v["r4"].status == "not held" and v["r4"].per_seed == (9.0 - 50.0,) * 5
+    assert v["d"].status == "not held" and v["d"].per_seed == pytest.approx((1.0,) * 5)
     # the PCs learnt in reverse order of variance, one at a time
     v = claims(study_runs(tmp_path / "reverse", L2_orth={"t_modes": GREEDY[::-1]}))
     assert v["r2"].status == "held"
-    assert v["o"].per_seed == (0.0, 0.0, 0.0) and v["o"].status == "not held"
+    assert v["o"].per_seed == (0.0,) * 5 and v["o"].status == "not held"
     # the noise floor learnt by a judged stack: the latent is above the true rank at t_5
     v = claims(study_runs(tmp_path / "noisy", L4_orth={"mid_rank": 9}))
-    assert v["r1"].per_seed == (4.0, 4.0, 4.0) and v["r1"].status == "not held"
+    assert v["r1"].per_seed == (4.0,) * 5 and v["r1"].status == "not held"
 
 
 def test_a_run_left_on_a_plateau_makes_the_greedy_claims_inconclusive(tmp_path):
@@ -288,7 +313,7 @@ def test_a_run_left_on_a_plateau_makes_the_greedy_claims_inconclusive(tmp_path):
 def test_presets_build_the_planned_runs_in_ensembles_by_depth():
     assert studies.get("autoencoder-greedy-rank") is STUDY
     fast = build_runs(STUDY.preset("fast"))
-    assert len(fast) == 3 * 12 and len({s.name for s in fast}) == len(fast)
+    assert len(fast) == 5 * 11 and len({s.name for s in fast}) == len(fast)
     by_name = {s.name: s for s in fast}
     assert by_name["L8_default_seed2"].config.init == "default"
     assert by_name["L8_default_seed2"].group == by_name["L8_orth_seed0"].group == "L8"
@@ -304,11 +329,12 @@ def test_presets_build_the_planned_runs_in_ensembles_by_depth():
         assert step_size(judged.config) == step_size(control.config) == step_size(depth.config)
     assert step_size(by_name["L8_default_seed0"].config) == step_size(
         by_name["L8_orth_seed0"].config)  # fmt: skip
-    assert {s.config.seed for s in fast} == {0, 1, 2}
+    assert {s.config.seed for s in fast} == {0, 1, 2, 3, 4}
+    assert not any(s.config.init == "default" and s.config.n_stack == 0 for s in fast)
     assert {s.config.seed for s in build_runs(STUDY.preset("smoke"), seed=1000)} == {
         1000, 1001, 1002}  # fmt: skip
     paper = build_runs(STUDY.preset("paper"))
-    assert len(paper) == 5 * (16 * 3 + 3)
+    assert len(paper) == 5 * (16 * 3 + 2)
     with pytest.raises(ValueError, match="preset must be one of smoke, fast, paper"):
         STUDY.preset("huge")
 
@@ -324,9 +350,14 @@ def test_smoke_killed_midway_resumes_and_ends_as_an_uninterrupted_run(tmp_path, 
     assert list(claims) == ["r1", "r2", "o", "r3", "r4", "d"]
     assert all(c["status"] in ("held", "not held", "inconclusive") for c in data["claims"])
     assert all(r["status"] == "finished" for r in data["runs"])
-    # every control fails its claim at smoke scale (d needs 3 depths: smoke has 2)
-    for name in ("r1", "r2", "o", "r3", "r4"):
-        assert claims[name]["control"]["status"] == "not held", name
+    assert data["protocol"]["sha256"] == PROTOCOL.sha256
+    assert len(data["protocol"]["amendments"]) == len(PROTOCOL.amendments)
+    # smoke's 3 seeds are below the contract's 5: plumbing only, every verdict inconclusive
+    assert {c["status"] for c in data["claims"]} == {"inconclusive"}
+    for name in ("r1", "r2", "o", "r3", "r4"):  # every ablation is measured on its own runs
+        control = claims[name]["control"]
+        assert control["kind"] == "ablation" and control["n_seeds"] == 3, name
+    assert claims["r4"]["control"]["per_seed"] != claims["r4"]["per_seed"]
 
     real = runs_module.effective_rank
     calls = {"n": 0}
@@ -349,7 +380,7 @@ def test_smoke_killed_midway_resumes_and_ends_as_an_uninterrupted_run(tmp_path, 
     cut = STUDY.run(preset="smoke", out=tmp_path / "cut", on_run=on_run)
     assert "resumed" in done.values() and "restarted" not in done.values()
     names = sorted(p.name for p in (tmp_path / "whole" / "runs").iterdir())
-    assert len(names) == 18  # per seed: L = 2 greedy, s = 0.5, s = 1, default; L = 0 orth, default
+    assert len(names) == 15  # per seed: L = 2 greedy, s = 0.5, s = 1, default; L = 0
     for name in names:
         a, b = (
             load_run(tmp_path / "whole" / "runs" / name),

@@ -13,32 +13,20 @@ import torch
 from dynascope.probes.spectral import effective_rank
 from dynascope.store import Run
 from dynascope.studies.base import Analysis
-from dynascope.studies.verdict import Control, Precondition, Verdict, judge
+from dynascope.studies.verdict import Precondition, Verdict
 
 from .figures import figures
+from .protocol import PROTOCOL
 from .runs import MODE_CUTOFF, RANK_TOL, AutoencoderRun
 
 __all__ = [
     "GREEDY_DEPTHS",
-    "ORDER_MIN",
-    "OVERLAP_MAX",
     "analyze",
     "measure_run",
     "verdicts_from_runs",
 ]
 
-GREEDY_DEPTHS = (2, 4, 8)
-# r2: a greedy learner has the next singular value of the data-subspace map M_A at most
-# OVERLAP_MAX when mode k's crosses 1/2. Non-greedy reference (each mode relaxes as
-# 1 - exp(-c lambda_i t), no plateau): when mode k is at 1/2, mode k+1 is at
-# 1 - 2^(-lambda_{k+1}/lambda_k) >= 1 - 2^(-1/2) = 0.293 for the variances (5, 4, 3, 2, 1);
-# 0.25 lies below every such value. Fixed before any seed ran (issue 18's first pass).
-OVERLAP_MAX = 0.25
-# o: the fraction of PC pairs (i < j) whose gains cross 1/2 in order of variance. A random order
-# gives 1/2 on average; 0.8 allows two adjacent swaps out of the 10 pairs (close variances 5:4,
-# 4:3 are separated by ~25% in time, as much as the random init moves them). Fixed on the
-# calibration seeds (10000) before seeds 0 and 1000 ran.
-ORDER_MIN = 0.8
+GREEDY_DEPTHS = (2, 4, 8)  # the judged depths (r1, r2, o)
 NAN = float("nan")
 
 
@@ -61,8 +49,7 @@ def measure_run(name: str, run: Run) -> dict[str, Any]:
     ``t[k]``: first logged step with ``sigma_{k+1}(M_A) > 0.5`` (k+1 learnt modes, rotation
     invariant); ``overlap``: the largest ``sigma_{k+2}(M_A)`` at ``t[k]``; ``t_pc[k]``: first
     step with data PC k+1's gain ``a^T P a > 0.5``; ``in_order``: the fraction of PC pairs
-    learnt in order of variance, ``shuffled``: the same against a random order of the PCs
-    (drawn from the run's seed); ``rank_t5``: the held-out latent rank_1e-2 at the first
+    learnt in order of variance; ``rank_t5``: the held-out latent rank_1e-2 at the first
     latent measurement at or after ``t[r-1]``.
     """
     cfg = AutoencoderRun.model_validate(run.config)
@@ -72,7 +59,7 @@ def measure_run(name: str, run: Run) -> dict[str, Any]:
         "arm": cfg.arm, "status": run.status, "r": r, "d_latent": cfg.d_latent,
         "steps": cfg.loop.steps,
     }  # fmt: skip
-    keys = ("count_init", "count_final", "t_r", "overlap", "in_order", "shuffled", "rank_init")
+    keys = ("count_init", "count_final", "t_r", "overlap", "in_order", "rank_init")
     row.update(dict.fromkeys(keys, NAN), rank_t5=NAN, rank_final=NAN, erank_min=NAN)
     row.update(data_rank=NAN, t=[NAN] * r, t_pc=[NAN] * r, loss_final=NAN)
     try:
@@ -86,9 +73,6 @@ def measure_run(name: str, run: Run) -> dict[str, Any]:
     at = [None if math.isnan(tk) else int(np.flatnonzero(steps == tk)[0]) for tk in t]
     overlaps = [float(msig[i, k + 1]) for k, i in enumerate(at[:-1]) if i is not None]
     t_pc = [_first_step(steps, gain[:, k] > MODE_CUTOFF) for k in range(r)]
-    shuffled = [int(i) for i in np.random.default_rng(cfg.seed).permutation(r)]
-    if shuffled == list(range(r)):
-        shuffled = shuffled[::-1]
     ranks = (spectrum > RANK_TOL).sum(axis=1)
     after = np.flatnonzero(lat_steps >= t[-1]) if not math.isnan(t[-1]) else np.array([])
     erank = effective_rank(torch.as_tensor(spectrum, dtype=torch.float64)).numpy()
@@ -101,7 +85,6 @@ def measure_run(name: str, run: Run) -> dict[str, Any]:
         overlap=max(overlaps) if len(overlaps) == r - 1 else NAN,
         t_pc=t_pc,
         in_order=_pairs_in_order(t_pc, list(range(r))),
-        shuffled=_pairs_in_order(t_pc, shuffled),
         rank_init=float(ranks[0]),
         rank_t5=float(ranks[after[0]]) if after.size else NAN,
         rank_final=float(ranks[-1]),
@@ -131,18 +114,23 @@ def _per_seed(arms: list[dict[int, dict]], fn: Any) -> dict[int, float]:
     return out
 
 
-def _learnt_all(arms: list[dict[int, dict]], r: int) -> Precondition:
-    """Every run of the arms finished and learnt all r data modes (the budget covered the
-    plateaus); measured: the fewest learnt modes."""
+def _learnt_all(arms: list[dict[int, dict]], r: int, what: str) -> Precondition:
+    """Every run of the arms finished and learnt all r data modes (the fit bar, per arm and
+    per seed); measured: the fewest learnt modes."""
     rows = [w for a in arms for w in a.values()]
     fewest = min((w["count_final"] for w in rows), default=NAN)
     done = bool(rows) and all(w["status"] == "finished" for w in rows)
     return Precondition(
-        f"every judged run finished with all {r} data modes learnt (σ_i(M_A) > {MODE_CUTOFF}): "
-        "the budget covered the plateaus",
+        f"every run of {what} finished with all {r} data modes learnt (σ_i(M_A) > "
+        f"{MODE_CUTOFF} at the last step), per seed",
         done and bool(fewest >= r),
         fewest,
     )
+
+
+def _both(*pres: Precondition) -> Precondition:
+    """All of ``pres`` met; measured: the first's."""
+    return Precondition("; ".join(p.text for p in pres), all(p.met for p in pres), pres[0].measured)
 
 
 def _max_rise(ws: list[dict]) -> float:
@@ -155,17 +143,16 @@ def _scales(arms: list[dict[int, dict]]) -> str:
 
 
 def verdicts_from_runs(runs: dict[str, Run]) -> tuple[list[Verdict], list[dict]]:
-    """Verdicts r1, r2, o, r3, r4 and d, and one measured row per run."""
+    """Verdicts r1, r2, o, r3, r4 and d (thresholds, statistics and controls: ``PROTOCOL``),
+    and one measured row per run."""
     rows = [measure_run(name, run) for name, run in sorted(runs.items())]
     rows.sort(key=lambda w: (w["init"] != "orthogonal", w["L"], w["s"], w["seed"]))
-    r, d_latent = rows[0]["r"], rows[0]["d_latent"]
+    r = rows[0]["r"]
     depths = sorted({w["L"] for w in rows if w["init"] == "orthogonal" and w["L"] > 0})
     judged = [L for L in GREEDY_DEPTHS if L in depths] or depths
     greedy = [_arm(rows, L, "orthogonal") for L in judged]
     control = [_arm(rows, L, "orthogonal", "control") for L in judged]
-    s_control = f"s = {_scales(control)} (the small-init spectral prior removed)"
-    learnt = _learnt_all(greedy, r)
-    depth_list = "{" + ", ".join(map(str, judged)) + "}"
+    learnt = _learnt_all(greedy + control, r, "the greedy and s = 1 stacks")
     by_run = "; ".join
 
     def worst(key: str, fn: Any = max) -> Any:
@@ -175,80 +162,57 @@ def verdicts_from_runs(runs: dict[str, Run]) -> tuple[list[Verdict], list[dict]]
         return max(abs(w["rank_t5"] - r) for w in ws)
 
     verdicts = [
-        judge(
-            claim=f"r1: with L in {depth_list} (orthogonal, small s from theory, equal-time step) "
-            f"the latent code reaches the true rank {r} and no more (the noise floor not learnt)",
-            metric=f"max over L of |held-out latent rank_1e-2 - {r}| at t_{r} (the first step "
-            f"with {r} learnt data modes)",
-            per_seed=_per_seed(greedy, rank_gap),
-            threshold=0.0,
-            direction="<=",
+        PROTOCOL.claim("r1").judge(
+            _per_seed(greedy, rank_gap),
             precondition=learnt,
-            control=Control(f"the same at {s_control}", per_seed=_per_seed(control, rank_gap)),
-            rule="all_seeds",
-            detail="latent rank_1e-2 at step 0 / t_5 / end: "
+            control=_per_seed(control, rank_gap),
+            detail=f"s by L: {_scales(greedy)} (control {_scales(control)}); latent rank_1e-2 "
+            "at step 0 / t_5 / end: "
             + by_run(
                 f"{w['run']} {w['rank_init']:g}/{w['rank_t5']:g}/{w['rank_final']:g}"
                 for a in greedy
                 for w in a.values()
             ),  # fmt: skip
         ),
-        judge(
-            claim=f"r2: with L in {depth_list} (small s) the data modes are learnt one at a time",
-            metric=f"max over L and k of σ_(k+1)(M_A) at t_k, t_k = first step σ_k(M_A) > "
-            f"{MODE_CUTOFF}",
-            per_seed=_per_seed(greedy, worst("overlap")),
-            threshold=OVERLAP_MAX,
-            direction="<=",
+        PROTOCOL.claim("r2").judge(
+            _per_seed(greedy, worst("overlap")),
             precondition=learnt,
-            control=Control(
-                f"the same at {s_control}", per_seed=_per_seed(control, worst("overlap"))
-            ),
+            control=_per_seed(control, worst("overlap")),
             detail=f"s by L: {_scales(greedy)}; t_k per run: "
             + by_run(f"{w['run']} {_fmt(w['t'])}" for a in greedy for w in a.values()),
         ),
-        judge(
-            claim=f"o: with L in {depth_list} (small s) the data modes are learnt in order of "
-            "variance",
-            metric="min over L of the fraction of PC pairs (i < j) whose gains a_kᵀPa_k cross "
-            f"{MODE_CUTOFF} in order (t_i < t_j)",
-            per_seed=_per_seed(greedy, worst("in_order", min)),
-            threshold=ORDER_MIN,
-            direction=">=",
+        PROTOCOL.claim("o").judge(
+            _per_seed(greedy, worst("in_order", min)),
             precondition=learnt,
-            control=Control(
-                "the same against a random order of the PCs (drawn from each run's seed)",
-                per_seed=_per_seed(greedy, worst("shuffled", min)),
-            ),
+            control=_per_seed(control, worst("in_order", min)),
             detail="t per PC: "
             + by_run(f"{w['run']} {_fmt(w['t_pc'])}" for a in greedy for w in a.values()),
         ),
     ]
+    verdicts.append(_r3(rows, judged, r))
+    verdicts.append(_r4(rows, r))
+    verdicts.append(_depth(rows, depths, r))
+    return verdicts, rows
+
+
+def _r3(rows: list[dict], judged: list[int], r: int) -> Verdict:
     zero = _arm(rows, 0, "orthogonal")
     deepest = _arm(rows, max(judged), "orthogonal") if judged else {}
+    d_latent = rows[0]["d_latent"]
     data_rank = float(np.nanmin([w["data_rank"] for w in zero.values()])) if zero else NAN
-    verdicts.append(
-        judge(
-            claim="r3: without the linear stack (L = 0) the latent ends full rank",
-            metric="final held-out latent rank_1e-2 at L = 0",
-            per_seed=_per_seed([zero], lambda ws: ws[0]["rank_final"]),
-            threshold=float(d_latent),
-            direction=">=",
-            precondition=Precondition(
+    return PROTOCOL.claim("r3").judge(
+        _per_seed([zero], lambda ws: ws[0]["rank_final"]),
+        precondition=_both(
+            Precondition(
                 f"the held-out data itself has rank_1e-2 >= d_latent = {d_latent} (else no "
                 "linear code can be full rank)",
                 bool(data_rank >= d_latent),
                 data_rank,
             ),
-            control=Control(
-                f"the same rank with the deepest stack (L = {max(judged, default=0)}, small s)",
-                per_seed=_per_seed([deepest], lambda ws: ws[0]["rank_final"]),
-            ),
-        )
+            _learnt_all([zero, deepest], r, "L = 0 and the deepest greedy stack"),
+        ),
+        control=_per_seed([deepest], lambda ws: ws[0]["rank_final"]),
     )
-    verdicts.append(_r4(rows, r))
-    verdicts.append(_depth(rows, depths))
-    return verdicts, rows
 
 
 def _t_margin(ws: list[dict]) -> float:
@@ -264,44 +228,33 @@ def _r4(rows: list[dict], r: int) -> Verdict:
     defaults = [w for w in rows if w["init"] == "default" and w["L"] > 0]
     L = defaults[0]["L"] if defaults else 8
     test, ref = _arm(rows, L, "default"), _arm(rows, L, "orthogonal")
-    t_ref = [w["t_r"] for w in ref.values()]
-    reached = bool(t_ref) and not any(map(math.isnan, t_ref))
-    return judge(
-        claim=f"r4: L = {L} with default init learns the {r} data modes later than the "
-        "orthogonal stack (small s, same step), or never, or diverges",
-        metric=f"t_{r}(default) - t_{r}(orthogonal), steps (t_{r}: first step with {r} "
-        "learned data modes; never: steps + 1)",
-        per_seed=_per_seed([test, ref], _t_margin),
-        threshold=1.0,
-        direction=">=",
-        precondition=Precondition(
-            f"every orthogonal L = {L} run reaches {r} learned modes", reached, float(len(t_ref))
-        ),
-        control=Control(
-            "the same difference at L = 0 (no stack: both inits give the same model)",
-            per_seed=_per_seed([_arm(rows, 0, "default"), _arm(rows, 0, "orthogonal")], _t_margin),
+    ablation = _arm(rows, L, "orthogonal", "control")
+    return PROTOCOL.claim("r4").judge(
+        _per_seed([test, ref], _t_margin),
+        precondition=_learnt_all([ref, ablation], r, f"the L = {L} greedy and s = 1 stacks"),
+        control=_per_seed([ablation, ref], _t_margin),
+        detail=f"t_{r} per seed (default / greedy / s = 1): "
+        + "; ".join(
+            f"{s}: {_fmt([test[s]['t_r'], ref[s]['t_r'], ablation[s]['t_r']])}"
+            for s in sorted(set(test) & set(ref) & set(ablation))
         ),
     )
 
 
-def _depth(rows: list[dict], depths: list[int]) -> Verdict:
+def _depth(rows: list[dict], depths: list[int], r: int) -> Verdict:
     zero = _arm(rows, 0, "orthogonal")
     arms = [zero] + [_arm(rows, L, "orthogonal", "depth") for L in depths]
     controls = [zero] + [_arm(rows, L, "orthogonal", "control") for L in depths]
     n = len(depths) + (1 if zero else 0)
-    return judge(
-        claim=f"d: at one s ({_scales(arms[1:])}) deeper stacks learn more greedily: the latent "
-        "code passes through lower effective rank",
-        metric="max over consecutive depths of the rise in min_{t >= 1} latent effective rank",
-        per_seed=_per_seed([a for a in arms if a], _max_rise),
-        threshold=0.0,
-        direction="<=",
-        precondition=Precondition("at least 3 depths (L = 0 included)", n >= 3, float(n)),
-        control=Control(
-            f"the same at s = {_scales(controls[1:])}",
-            per_seed=_per_seed([a for a in controls if a], _max_rise),
+    return PROTOCOL.claim("d").judge(
+        _per_seed([a for a in arms if a], _max_rise),
+        precondition=_both(
+            Precondition("at least 3 depths (L = 0 included)", n >= 3, float(n)),
+            _learnt_all(arms + controls[1:], r, "L = 0, the s = 0.5 and the s = 1 stacks"),
         ),
-        detail="min_t erank by L (seed mean): "
+        control=_per_seed([a for a in controls if a], _max_rise),
+        detail=f"s = {_scales(arms[1:])}, control s = {_scales(controls[1:])}; min_t erank "
+        "by L (seed mean): "
         + ", ".join(
             f"L={L}: {np.nanmean([w['erank_min'] for w in a.values()]):.3f}"
             for L, a in zip([0, *depths], arms)
