@@ -13,15 +13,17 @@ from pydantic import ValidationError
 
 from dynascope import studies
 from dynascope.store import load_run
-from dynascope.studies.engine_runs import run_members
+from dynascope.train import run_members
 from dynascope.studies.fisher_kernel_low_rank import (
     STUDY,
     FisherKernelRun,
     build_fisher,
     build_runs,
+    measure_run,
     verdicts_from_rows,
 )
 from dynascope.studies.fisher_kernel_low_rank import runs as runs_module
+from dynascope.studies.fisher_kernel_low_rank.protocol import PROTOCOL
 from dynascope.train import Loop
 
 
@@ -77,40 +79,99 @@ def test_conditional_score_with_sampled_labels_and_identity_fisher(tmp_path):
     assert 0 <= run.last("fisher.share_few_examples") <= 1
 
 
-def row(seed, f1=0.95, f2=0.999, nfk=0.97, pen=0.96, init_f1=0.5, acc=0.97):
+def row(seed, f1=0.95, f2=0.999, nfk=0.97, pen=0.96, acc=0.97, shuffled=False, loss=0.01):
     return {"run": f"r{seed}", "model": "mlp", "k": 32, "seed": seed, "status": "finished",
-            "f1.energy_fraction": f1, "init.f1.energy_fraction": init_f1,
+            "shuffled": shuffled, "f1.energy_fraction": f1, "init.f1.energy_fraction": 0.5,
             "f2.captured_energy": f2, "control.random_energy": 0.08,
+            "probe.nfk.accuracy": nfk, "probe.penultimate.accuracy": pen,
             "probe gap": nfk - pen, "shuffled gap": 0.1 - pen, "test.accuracy": acc,
-            "fisher.share_rare": 0.1}  # fmt: skip
+            "train.loss": loss, "fisher.share_rare": 0.1}  # fmt: skip
+
+
+def arms(task=None, ablation=None, n=5):
+    """n seeds of the task arm and of the shuffled-label arm (keyword overrides per arm)."""
+    ablation = {"f1": 0.7, "nfk": 0.5, "acc": 0.1, "loss": 0.5, **(ablation or {})}
+    return [row(s, **(task or {})) for s in range(n)] + [
+        row(s, shuffled=True, **ablation) for s in range(n)
+    ]
+
+
+def by_id(verdicts):
+    return {x.claim_id: x for x in verdicts}
 
 
 def test_verdicts_on_hand_built_rows_have_known_values():
-    v = {x.claim.split(":")[0]: x for x in verdicts_from_rows([row(s) for s in range(3)])}
+    v = by_id(verdicts_from_rows(arms()))
     assert [x.status for x in v.values()] == ["held"] * 3
-    assert v["f1"].per_seed == (0.95,) * 3 and v["f1"].control.measured == 0.5
-    assert v["f2"].control.status == "not held"
-    assert v["f3"].per_seed == pytest.approx((0.01,) * 3)
-    low = {x.claim.split(":")[0]: x for x in verdicts_from_rows(
-        [row(0, f1=0.8), row(1, f1=0.85), row(2, f1=0.95)])}  # fmt: skip
-    assert low["f1"].status == "not held" and low["f1"].measured == pytest.approx(0.8667, 1e-3)
-    same = verdicts_from_rows([row(s, init_f1=0.95) for s in range(3)])[0]
-    assert same.status == "inconclusive"  # the untrained NFK is as low-rank: cannot tell
-    unfit = verdicts_from_rows([row(s, acc=0.5) for s in range(3)])
-    assert all(x.status == "inconclusive" for x in unfit)
-    assert math.isclose(unfit[0].precondition.measured, 0.5)
+    assert v["f1"].per_seed == (0.95,) * 5
+    # f1's control is read on the shuffled-label arm, not the task arm's step 0
+    assert v["f1"].control.kind == "ablation" and v["f1"].control.measured == pytest.approx(0.7)
+    assert v["f1"].control.status == "not held"
+    assert v["f2"].kind == "identity" and v["f2"].control is None
+    assert v["f3"].per_seed == pytest.approx((0.01,) * 5)
+    # f3's control: the shuffled arm's NFK probe against the task arm's penultimate probe
+    assert v["f3"].control.measured == pytest.approx(0.5 - 0.96)
+    assert v["f3"].control.status == "not held"
+    assert PROTOCOL.check(list(v.values()))  # thresholds, directions, kinds as registered
+
+
+def test_f1_below_threshold_and_a_control_that_also_holds():
+    low = by_id(verdicts_from_rows(arms(task={"f1": 0.8})))
+    assert low["f1"].status == "not held" and low["f1"].measured == pytest.approx(0.8)
+    same = by_id(verdicts_from_rows(arms(ablation={"f1": 0.95, "nfk": 0.97})))
+    assert same["f1"].status == "inconclusive" and same["f1"].control.status == "held"
+    assert same["f3"].status == "inconclusive"  # the shuffled NFK probes as well
+
+
+def test_every_arm_must_have_trained():
+    unfit = by_id(verdicts_from_rows(arms(task={"acc": 0.5})))
+    assert all(x.status == "inconclusive" for x in unfit.values())
+    assert math.isclose(unfit["f1"].precondition.measured, 0.5)
+    # the shuffled-label arm did not learn its labels: f1 and f3 inconclusive, f2 unaffected
+    lazy = by_id(verdicts_from_rows(arms(ablation={"loss": 2.2})))
+    assert lazy["f1"].status == lazy["f3"].status == "inconclusive"
+    assert lazy["f1"].precondition.measured == pytest.approx(2.2)
+    assert lazy["f2"].status == "held"
+
+
+def test_fewer_than_five_seeds_are_inconclusive():
+    few = verdicts_from_rows(arms(n=3))
+    assert all(x.status == "inconclusive" for x in few)
 
 
 def test_config_and_presets():
     with pytest.raises(ValidationError, match="n_scored must be <= n_train"):
         FisherKernelRun(loop=loop(1), n_train=100, n_scored=200)
     assert studies.get("fisher-kernel-low-rank") is STUDY
+    assert STUDY.protocol is PROTOCOL
     fast = build_runs(STUDY.preset("fast"))
-    assert [s.name for s in fast] == [f"nfk_mlp_k32_seed{s}" for s in range(3)]
-    assert {s.group for s in fast} == {"mlp_k32"} and fast[0].config.fisher_points == "train"
-    assert {s.config.seed for s in build_runs(STUDY.preset("fast"), seed=1000)} == {
-        1000, 1001, 1002}  # fmt: skip
-    assert len(build_runs(STUDY.preset("paper"))) == 2 * 4 * 3
+    assert [s.name for s in fast] == [f"nfk_mlp_k32_seed{s}" for s in range(5)] + [
+        f"nfk_mlp_k32_shuffled_seed{s}" for s in range(5)
+    ]
+    assert [s.group for s in fast] == ["mlp_k32"] * 5 + ["mlp_k32_shuffled"] * 5
+    assert [s.config.shuffle_labels for s in fast] == [False] * 5 + [True] * 5
+    assert fast[0].config.fisher_points == "train"
+    # the arms differ only in shuffle_labels; member s of both arms has the same seed
+    for a, b in zip(fast[:5], fast[5:], strict=True):
+        assert a.config.model_copy(update={"shuffle_labels": True}) == b.config
+    assert {s.config.seed for s in build_runs(STUDY.preset("fast"), seed=1000)} == set(
+        range(1000, 1005)
+    )
+    assert len(build_runs(STUDY.preset("paper"))) == 2 * 4 * 2 * 5
+
+
+def test_the_shuffled_arm_trains_on_permuted_labels(tmp_path):
+    base = FisherKernelRun(loop=loop(10), hidden=[8], n_scored=12, k=3, oversampling=4)
+    run_members(build_fisher, [base, base.model_copy(update={"shuffle_labels": True})],
+                [tmp_path / "task", tmp_path / "shuffled"])  # fmt: skip
+    task, shuffled = load_run(tmp_path / "task"), load_run(tmp_path / "shuffled")
+    # same init: the step-0 kernels agree; different labels: the training losses differ
+    np.testing.assert_allclose(
+        task.tensors("nfk.eigenvalues")[1][0], shuffled.tensors("nfk.eigenvalues")[1][0]
+    )
+    assert task.last("train.loss") != shuffled.last("train.loss")
+    rows = [measure_run("task", task), measure_run("shuffled", shuffled)]
+    assert [r["shuffled"] for r in rows] == [False, True]
 
 
 class Killed(BaseException):

@@ -1,5 +1,6 @@
 """Runs of ``fisher-kernel-low-rank`` (S14): the classifier trained on the engine and the NFK
-measured by a probe at step 0 (untrained: the control) and at the end (notes:
+measured by a probe at step 0 (untrained: a diagnostic) and at the end; the ablation arm trains
+on shuffled labels (notes:
 docs/studies/fisher-kernel-low-rank.md)."""
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from dynascope.probes.fisher import (
     nfk_transform,
     principal_angle_cosines,
 )
-from dynascope.studies.engine_runs import EngineRunConfig
+from dynascope.tasks.base import draw_from_split
 from dynascope.tasks.digits import Digits
-from dynascope.train import Parts, SeedStreams
+from dynascope.train import EngineRunConfig, Parts, SeedStreams
 
 __all__ = ["FEW_EXAMPLES", "FisherKernelRun", "build_fisher", "measure_nfk", "probe_accuracy"]
 
@@ -58,6 +59,11 @@ class FisherKernelRun(EngineRunConfig):
     damping: float = Field(1e-8, ge=0, description="relative damping of the diagonal Fisher")
     probe_C: float = Field(1.0, gt=0, description="inverse L2 strength of the linear probe")
     chunk_size: int = Field(100, ge=1, description="examples per vmap/JVP/VJP sweep")
+    shuffle_labels: bool = Field(
+        False,
+        description="train on the training split's labels permuted once (stream 'labels'): the "
+        "ablation arm; the NFK probes still read the true labels",
+    )
 
     @model_validator(mode="after")
     def _scored_fit(self) -> FisherKernelRun:
@@ -191,8 +197,10 @@ def _loss(task: Digits):
 
 def build_fisher(config: FisherKernelRun, streams: SeedStreams) -> Parts:
     """The run: the fixed Digits split; weights from the engine's ``init`` stream (global RNG;
-    SimpleCNN from stream ``model``); batches from ``data``; the NFK probe at step 0 and at the
-    end (same keys: the step-0 row is the untrained control)."""
+    SimpleCNN from stream ``model``); batches from ``data`` (with ``shuffle_labels``, of the
+    training split with its labels permuted once from stream ``labels``: the ablation arm of
+    f1/f3, arXiv 2202.01944 sec. 3-4); the NFK probe at step 0 (a diagnostic) and at the end,
+    both reading the true labels."""
     task = Digits(patch_size=8, n_train=config.n_train, split_seed=config.split_seed)
     g = streams.generator("task")
     train_all = task.batch("train", task.split_size("train"), g)
@@ -208,9 +216,19 @@ def build_fisher(config: FisherKernelRun, streams: SeedStreams) -> Parts:
     def nfk(model: torch.nn.Module, ctx: object) -> dict:
         return measure_nfk(config, model, data, seed)
 
+    def batches(gen: torch.Generator) -> dict:
+        return task.batch("train", config.batch_size, gen)
+
+    if config.shuffle_labels:  # one fixed permutation of the labels: the ablation arm
+        order = torch.randperm(len(data["train_y"]), generator=streams.generator("labels"))
+        x_train, y_shuffled = data["train_x"], data["train_y"][order]
+
+        def batches(gen: torch.Generator) -> dict:
+            return draw_from_split(x_train, y_shuffled, config.batch_size, gen)
+
     return Parts(
         model=model,
-        data=lambda gen: task.batch("train", config.batch_size, gen),
+        data=batches,
         loss=_loss(task),
         optimizer=lambda m: torch.optim.Adam(m.parameters(), lr=config.lr),
         probes=[(nfk, EveryN(config.loop.steps))],

@@ -8,10 +8,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynascope.studies.base import RunSpec, Study
-from dynascope.studies.engine_runs import engine_runner
 from dynascope.train import Loop
 
 from .analysis import analyze
+from .protocol import PROTOCOL, SEEDS
 from .runs import FisherKernelRun, build_fisher
 
 __all__ = ["CLAIM", "SOURCE", "STUDY", "FisherKernelPreset", "build_runs"]
@@ -28,7 +28,8 @@ SOURCE = (
 
 
 class FisherKernelPreset(BaseModel):
-    """A preset: the base run, the embedding ranks k, the models, the seeds."""
+    """A preset: the base run, the embedding ranks k, the models, the seeds per arm (each
+    (model, k) trains a task arm and a shuffled-label arm, the ablation of f1/f3)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -43,33 +44,41 @@ def _loop(steps: int, device: str = "cpu") -> Loop:
 
 
 def smoke() -> FisherKernelPreset:
-    """MLP 64-16-16-10, N = 50, k = 4, oversampling 4, 50 steps, 3 seeds (seconds)."""
+    """MLP 64-16-16-10, N = 50, k = 4, oversampling 4, 50 steps, 3 seeds per arm (seconds;
+    plumbing only: too few seeds for a verdict)."""
     base = FisherKernelRun(loop=_loop(50), hidden=[16, 16], n_scored=50, k=4, oversampling=4)
-    return FisherKernelPreset(base=base, ks=[4])
+    return FisherKernelPreset(base=base, ks=[4], seeds=SEEDS["smoke"])
 
 
 def fast() -> FisherKernelPreset:
-    """S14's CPU system: 64-64-64-10, N = 500, k = 32, 2,000 Adam steps, 3 seeds."""
-    return FisherKernelPreset(base=FisherKernelRun(loop=_loop(2000)), ks=[32])
+    """S14's CPU system: 64-64-64-10, N = 500, k = 32, 2,000 Adam steps, 5 seeds per arm
+    (task labels; shuffled labels)."""
+    return FisherKernelPreset(base=FisherKernelRun(loop=_loop(2000)), ks=[32], seeds=SEEDS["fast"])
 
 
 def paper() -> FisherKernelPreset:
     """GPU: every training point scored, k in {16, 32, 64, 128}, MLP 256-256 and the CNN."""
     base = FisherKernelRun(loop=_loop(10_000, "cuda"), hidden=[256, 256], n_scored=1297,
                            chunk_size=256)  # fmt: skip
-    return FisherKernelPreset(base=base, ks=[16, 32, 64, 128], models=["mlp", "cnn"])
+    return FisherKernelPreset(
+        base=base, ks=[16, 32, 64, 128], models=["mlp", "cnn"], seeds=SEEDS["paper"]
+    )
 
 
 def build_runs(preset: FisherKernelPreset, seed: int = 0) -> list[RunSpec]:
-    """One run per model, k and seed; the seeds of one (model, k) train as one ensemble."""
-    runner = engine_runner(build_fisher)
+    """Per model and k, a task arm and a shuffled-label arm (the ablation), each one ensemble
+    over the seeds (run seeds ``seed + s``; member s of both arms has the same init). Names:
+    ``nfk_{model}_k{k}_seed{s}`` and ``nfk_{model}_k{k}_shuffled_seed{s}``."""
     specs = []
     for model in preset.models:
         for k in preset.ks:
-            for s in range(preset.seeds):
-                update = {"model": model, "k": k, "seed": preset.base.seed + seed + s}
-                cfg = preset.base.model_copy(update=update)
-                specs.append(RunSpec(f"nfk_{model}_k{k}_seed{s}", cfg, runner, f"{model}_k{k}"))
+            for shuffled in (False, True):
+                arm = f"{model}_k{k}" + ("_shuffled" if shuffled else "")
+                for s in range(preset.seeds):
+                    update = {"model": model, "k": k, "seed": preset.base.seed + seed + s,
+                              "shuffle_labels": shuffled}  # fmt: skip
+                    cfg = preset.base.model_copy(update=update)
+                    specs.append(RunSpec(f"nfk_{arm}_seed{s}", cfg, build_fisher, arm))
     return specs
 
 
@@ -80,4 +89,5 @@ STUDY = Study(
     presets={"smoke": smoke, "fast": fast, "paper": paper},
     build_runs=build_runs,
     analyze=analyze,
+    protocol=PROTOCOL,
 )
