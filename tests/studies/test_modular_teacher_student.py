@@ -12,12 +12,8 @@ import torch
 
 from dynascope import studies
 from dynascope.nn.multitask_hypernet import MultitaskHypernet
-from dynascope.studies.modular_teacher_student.analysis import (
-    BLESSED_SET,
-    DOOMED_SET,
-    FIT_MAX,
-    verdicts,
-)
+from dynascope.studies.modular_teacher_student.analysis import BLESSED_SET, DOOMED_SET, verdicts
+from dynascope.studies.modular_teacher_student.protocol import FIT_MAX, PROTOCOL
 from dynascope.studies.modular_teacher_student.runs import (
     Student,
     TeacherStudentRun,
@@ -46,8 +42,14 @@ def test_smoke_preset_runs_end_to_end_with_the_verdict_contract(tmp_path):
         assert claim["status"] in ("held", "not held", "inconclusive")
         assert len(claim["per_seed"]) == 3 and claim["control"]["status"] is not None
         assert claim["precondition"]["text"].startswith("every Blessed and Doomed run")
-        if not claim["precondition"]["met"]:
-            assert claim["status"] == "inconclusive"
+        # smoke has 3 seeds (< 5): plumbing only, never held or not held
+        assert claim["status"] == "inconclusive" and claim["n_seeds"] == 3
+        spec = PROTOCOL.claim(claim["claim"][:2])
+        assert (claim["threshold"], claim["direction"]) == (spec.threshold, spec.direction)
+        # the control reads the within-component metric of the same runs, not the claim's
+        assert claim["control"]["kind"] == "ablation"
+        assert claim["control"]["per_seed"] != claim["per_seed"]
+    assert info["protocol"]["sha256"] == PROTOCOL.sha256
     assert (tmp_path / "figures" / "identification.png").is_file()
 
 
@@ -102,14 +104,17 @@ def test_oracle_student_is_identified_by_the_studys_instruments():
     assert out["align"] >= 0.99
 
 
-def _rows(cross_b, cross_d, within_b, within_d, r2=(0.95, 0.6, 0.95, 0.95), fit=0.01):
+def _rows(cross_b, cross_d, within_b, within_d, r2=(0.95, 0.6, 0.95, 0.95), fit=0.01, bad=None):
+    """Blessed and Doomed rows for seeds 0-4; ``bad``: (task set, seed) of a run that did not
+    fit its training tasks."""
     rows = []
-    for seed in (0, 1, 2):
+    for seed in range(5):
         for name, cross, within, rc, rw in (
             (BLESSED_SET, cross_b, within_b, r2[0], r2[2]),
             (DOOMED_SET, cross_d, within_d, r2[1], r2[3]),
         ):
-            rows.append({"task_set": name, "seed": seed, "fit.relative_loss": fit,
+            f = 2 * FIT_MAX if (name, seed) == bad else fit
+            rows.append({"task_set": name, "seed": seed, "fit.relative_loss": f, "status": "finished",
                          "cross.relative_loss": cross + 0.001 * seed,
                          "within.relative_loss": within, "cross.r2": rc, "within.r2": rw})  # fmt: skip
     return rows
@@ -124,12 +129,15 @@ def _rows(cross_b, cross_d, within_b, within_d, r2=(0.95, 0.6, 0.95, 0.95), fit=
         (_rows(0.01, 0.20, 0.01, 0.20, r2=(0.95, 0.6, 0.95, 0.6)), ["inconclusive"] * 2),
         # the students do not fit their training tasks
         (_rows(0.01, 0.20, 0.01, 0.01, fit=2 * FIT_MAX), ["inconclusive"] * 2),
+        # one Doomed run (seed 3) does not fit: every run is checked, not the mean
+        (_rows(0.01, 0.20, 0.01, 0.01, bad=(DOOMED_SET, 3)), ["inconclusive"] * 2),
+        (_rows(0.01, 0.20, 0.01, 0.01, bad=(BLESSED_SET, 0)), ["inconclusive"] * 2),
     ],
 )
 def test_verdicts_follow_the_frozen_thresholds_control_and_precondition(rows, expected):
     judged = verdicts(rows)
     assert [v.status for v in judged] == expected
-    assert judged[0].seeds == (0, 1, 2)
+    assert judged[0].seeds == (0, 1, 2, 3, 4)
     torch.testing.assert_close(
         torch.tensor(judged[0].per_seed, dtype=torch.float64),
         torch.tensor([r["cross.relative_loss"] for r in rows[1::2]], dtype=torch.float64)
@@ -141,12 +149,13 @@ def test_verdicts_follow_the_frozen_thresholds_control_and_precondition(rows, ex
 
 def test_presets_follow_s05():
     fast = STUDY.preset("fast")
-    assert fast.seeds == 3 and fast.base.loop.steps == 750
+    assert fast.seeds == PROTOCOL.seeds["fast"] == 5 and fast.base.loop.steps == 750
     assert (fast.base.meta_batch, fast.base.inner_batch) == (32, 64)
     assert fast.base.inner_steps * fast.base.inner_lr == pytest.approx(1.0)
     assert (fast.base.eval_inner_steps, fast.base.eval_inner_lr) == (200, 2e-2)
     specs = build_runs(fast, 0)
-    assert {s.group for s in specs} == {"main"} and len(specs) == 6
+    assert {s.group for s in specs} == {"main"} and len(specs) == 10
+    assert STUDY.preset("paper").seeds == 5 and STUDY.protocol is PROTOCOL
     paper = STUDY.preset("paper")
     assert paper.base.loop.steps == 60_000
     assert (paper.base.inner_steps, paper.base.inner_lr, paper.base.inner_fresh_x) == (

@@ -20,9 +20,9 @@ from dynascope.store import Run
 from dynascope.studies._run_values import last_or_nan
 from dynascope.studies.base import Analysis
 from dynascope.studies.hyla_fuzzy_logic.figures import figures as make_figures
+from dynascope.studies.hyla_fuzzy_logic.protocol import ID_FIT, PROTOCOL
 from dynascope.studies.hyla_fuzzy_logic.runs import EVAL_SPLITS
 from dynascope.studies.hyla_fuzzy_logic.sraven import analyze_sraven
-from dynascope.studies.hyla_fuzzy_logic.protocol import ID_FIT, PROTOCOL
 from dynascope.studies.verdict import Precondition
 
 __all__ = ["CONTROL_SEED_OFFSET", "analyze"]

@@ -30,8 +30,8 @@ from pydantic import Field
 from dynascope.store import Run
 from dynascope.studies._run_values import last_or_nan
 from dynascope.studies._sequence_training import adamw_matrices
-from dynascope.studies.hyla_fuzzy_logic.runs import ModelSizes, sequence_transformer
 from dynascope.studies.hyla_fuzzy_logic.protocol import PROTOCOL, SRAVEN_FIT
+from dynascope.studies.hyla_fuzzy_logic.runs import ModelSizes, sequence_transformer
 from dynascope.studies.verdict import Precondition, Verdict
 from dynascope.tasks.sraven import SymbolicRaven
 from dynascope.train import Parts, SeedStreams

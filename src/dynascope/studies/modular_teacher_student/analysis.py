@@ -1,4 +1,6 @@
-"""modular-teacher-student verdicts from the stored runs (claims and thresholds: notes page)."""
+"""modular-teacher-student verdicts from the stored runs. Claims, thresholds, statistics, the
+fit bar and the controls: :mod:`~dynascope.studies.modular_teacher_student.protocol`; notes:
+the study's docs page."""
 
 from __future__ import annotations
 
@@ -8,19 +10,16 @@ from pathlib import Path
 from dynascope.store import Run
 from dynascope.studies._run_values import last_or_nan
 from dynascope.studies.base import Analysis
-from dynascope.studies.verdict import Control, Precondition, Verdict, judge
+from dynascope.studies.verdict import Precondition, Verdict
 
 from .figures import hyper_figure, hyper_rows, study_figures
+from .protocol import FIT_MAX, PROTOCOL
 from .runs import TeacherStudentRun
 
-__all__ = ["BLESSED_SET", "DOOMED_SET", "FIT_MAX", "S1_GAP", "S2_GAP", "analyze", "run_row"]
+__all__ = ["BLESSED_SET", "DOOMED_SET", "analyze", "run_row"]
 
 BLESSED_SET = "one_hots+ring"
 DOOMED_SET = "one_hots+two_triangles"
-# Frozen before the study's seeds ran (notes page, "Thresholds"):
-FIT_MAX = 0.05  # precondition: relative loss on training tasks of every run
-S1_GAP = 0.05  # s1: Doomed − Blessed relative loss on cross-component tasks
-S2_GAP = 0.15  # s2: Blessed − Doomed decoding R² on cross-component tasks (S5's gap)
 COLUMNS = (
     "fit.relative_loss",
     "cross.relative_loss",
@@ -53,47 +52,27 @@ def verdicts(rows: list[dict]) -> list[Verdict]:
     """s1 (cross-component OOD loss) and s2 (cross-component decodability); their control is the
     same metric on within-component tasks; precondition: every run fits its training tasks."""
     main = [r for r in rows if r["task_set"] in (BLESSED_SET, DOOMED_SET)]
-    fits = [r["fit.relative_loss"] for r in main]
+    fits = [r["fit.relative_loss"] if r["status"] == "finished" else math.nan for r in main]
     worst = max(fits, default=math.nan) if all(math.isfinite(f) for f in fits) else math.nan
     pre = Precondition(
-        f"every Blessed and Doomed run fits its training tasks: relative loss <= {FIT_MAX} "
-        "(measured: the worst run)",
+        f"every Blessed and Doomed run finished and fits its training tasks: relative loss <= "
+        f"{FIT_MAX}, per run (measured: the worst run; NaN: a run unfinished or not measured)",
         bool(worst <= FIT_MAX),
         worst,
     )
     fit_note = "; ".join(
         f"{r['task_set']} seed {r['seed']}: fit {r['fit.relative_loss']:.3g}" for r in main
     )
-    s1 = judge(
-        claim="s1: a student trained under connected support (Blessed) generalises to tasks that "
-        "combine modules of both components of the Doomed support; under disconnected support "
-        "(Doomed) it does not",
-        metric="relative loss Σ‖ŷ−y‖²/Σ‖y‖² on cross-component tasks, Doomed − Blessed "
-        "(same seed: teacher, student init, eval tasks)",
-        per_seed=_paired(main, "cross.relative_loss", 1.0),
-        threshold=S1_GAP,
-        direction=">=",
+    s1 = PROTOCOL.claim("s1").judge(
+        _paired(main, "cross.relative_loss", 1.0),
         precondition=pre,
-        control=Control(
-            "the same difference on within-component tasks (both supports span them)",
-            per_seed=_paired(main, "within.relative_loss", 1.0),
-        ),
+        control=_paired(main, "within.relative_loss", 1.0),
         detail=fit_note,
     )
-    s2 = judge(
-        claim="s2: the teacher's codes decode linearly from the student's inferred codes on "
-        "cross-component tasks under connected support, clearly better than under "
-        "disconnected support",
-        metric="ridge R² (F fit on training tasks, mean over teacher coordinates) on "
-        "cross-component tasks, Blessed − Doomed",
-        per_seed=_paired(main, "cross.r2", -1.0),
-        threshold=S2_GAP,
-        direction=">=",
+    s2 = PROTOCOL.claim("s2").judge(
+        _paired(main, "cross.r2", -1.0),
         precondition=pre,
-        control=Control(
-            "the same difference on within-component tasks",
-            per_seed=_paired(main, "within.r2", -1.0),
-        ),
+        control=_paired(main, "within.r2", -1.0),
         detail=fit_note,
     )
     return [s1, s2]

@@ -21,6 +21,7 @@ from dynascope.tasks.modular_teacher import TASK_SETS
 from dynascope.train import Loop, LRSchedule
 
 from .analysis import BLESSED_SET, DOOMED_SET, analyze
+from .protocol import PROTOCOL
 from .runs import TeacherStudentRun, build_student
 
 __all__ = ["CLAIM", "STUDY", "ModularTeacherStudentPreset", "SweepPoint", "build_runs"]
@@ -100,7 +101,8 @@ def smoke() -> ModularTeacherStudentPreset:
 
 
 def fast() -> ModularTeacherStudentPreset:
-    """3 seeds × {Blessed, Doomed} as one K = 6 ensemble; 750 outer steps (fixed from the
+    """5 seeds (the protocol's count) × {Blessed, Doomed} as one K = 10 ensemble; a demo (the
+    fit precondition needs ~2k-6k outer steps); 750 outer steps (fixed from the
     measured step time, notes page); training inner loop 50 Adam steps × 2e-2 on 64 support
     inputs; evaluation inner loop 200 × 2e-2 (an exact copy of the teacher reaches R² 0.997
     with it, against 0.02-0.22 with the training loop's 50 steps)."""
@@ -119,11 +121,11 @@ def fast() -> ModularTeacherStudentPreset:
         eval_keys=False,
         loop=_loop(750, 25),
     )
-    return ModularTeacherStudentPreset(base=base)
+    return ModularTeacherStudentPreset(base=base, seeds=PROTOCOL.seeds["fast"])
 
 
 def paper() -> ModularTeacherStudentPreset:
-    """The reference configuration (GPU, ``--device cuda``): every task set × 3 seeds (100-102
+    """The reference configuration (GPU, ``--device cuda``): every task set × 5 seeds (100-104
     with ``--seed 100``), 60k outer steps, 300 inner Adam steps × 3e-3 on fresh 256 inputs;
     an over-parameterisation sweep past ×8 hidden / ×2 code, weight decay {1e-4, 1e-3}, the
     monolithic baseline; the hyperteacher table (hnet_linear / anil / learned_init at (M, K)
@@ -137,6 +139,7 @@ def paper() -> ModularTeacherStudentPreset:
         sweep=sweep,
         monolithic_baseline=True,
         hyperteacher=True,
+        seeds=PROTOCOL.seeds["paper"],
     )
 
 
@@ -182,4 +185,5 @@ STUDY = Study(
     presets={"smoke": smoke, "fast": fast, "paper": paper},
     build_runs=build_runs,
     analyze=analyze,
+    protocol=PROTOCOL,
 )

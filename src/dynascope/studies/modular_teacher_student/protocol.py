@@ -1,0 +1,126 @@
+"""The protocol of ``modular-teacher-student`` (SYSTEMS.md S5): what decides claims s1 and s2,
+fixed before the evaluation seeds of this version ran, and the amendment log.
+
+The analysis judges each claim through its spec (``PROTOCOL.claim("s1").judge(...)``); the
+threshold, direction and statistic live only here (``shared/DESIGN.md``, Protocol).
+
+Proposed amendments (not made; each would change what a verdict reads and must be re-tested
+on fresh seeds first):
+
+- a ``full`` preset at the outer-step count where the fit bar (relative loss <= 0.05) is met
+  on calibration seeds (issue 29: 0.16 at 750 steps, 4-5 % at 2k, 0.44 % at 6k, measured on
+  evaluation seed 0, so it must be re-sized on calibration seeds).
+- a monolithic-student ablation (the same Doomed − Blessed comparison with the modular
+  hypernetwork student replaced by the monolithic MLP) as a second control; it needs two more
+  ensembles and does not fit ``fast``.
+"""
+
+from __future__ import annotations
+
+from dynascope.studies.protocol import Amendment, ClaimSpec, Protocol
+
+__all__ = ["FIT_MAX", "PROTOCOL"]
+
+FIT_MAX = 0.05  # every Blessed and Doomed run: relative loss on its training tasks, per run
+
+_CITATION = (
+    "Schug et al., 'Discovering modular solutions that generalize compositionally', ICLR 2024, "
+    "arXiv 2312.15001, theory teacher-student (identification under connected support, "
+    "Fig. 2C; reference run_theory.py); SYSTEMS.md S5"
+)
+_PRE = (
+    f"every Blessed and Doomed run finished and fits its training tasks: relative loss on "
+    f"'fit' tasks <= {FIT_MAX} with the evaluation inner loop, per run and per seed",
+)
+
+_S1 = ClaimSpec(
+    id="s1",
+    claim="a student trained under connected support (Blessed) generalises to tasks that "
+    "combine modules of both components of the Doomed support; under disconnected support "
+    "(Doomed) it does not",
+    statement="a modular student identifies the teacher's modules and generalises to unseen "
+    "module combinations when the training tasks have connected support, and not when the "
+    "support is disconnected",
+    citation=_CITATION,
+    metric="per seed, relative loss Σ‖ŷ−y‖²/Σ‖y‖² on cross-component tasks, Doomed − Blessed "
+    "(same seed: teacher, student init, evaluation tasks)",
+    threshold=0.05,
+    direction=">=",
+    threshold_source="theory: the precondition's fit tolerance (a student that generalises "
+    "misses cross tasks by no more than its training tasks), fixed before the first 3-seed "
+    "run (2026-12-02, 69249ed)",
+    preconditions=_PRE,
+    control="the cross-component combination removed: the same Doomed − Blessed difference on "
+    "within-component tasks, which both supports span (same runs, budget and statistic; it "
+    "holds if Doomed simply fits worse)",
+)
+
+_S2 = ClaimSpec(
+    id="s2",
+    claim="the teacher's codes decode linearly from the student's inferred codes on "
+    "cross-component tasks under connected support, clearly better than under disconnected "
+    "support",
+    statement="under connected support the student's inferred codes are a linear map of the "
+    "teacher's (module identification up to a linear transformation)",
+    citation=_CITATION,
+    metric="per seed, ridge R² (map fit on training tasks, mean over teacher coordinates) on "
+    "cross-component tasks, Blessed − Doomed",
+    threshold=0.15,
+    direction=">=",
+    threshold_source="theory: SYSTEMS.md S5's proposed gap 0.15, frozen before the first fast "
+    "run (2026-12-01)",
+    preconditions=_PRE,
+    control="the cross-component combination removed: the same Blessed − Doomed R² "
+    "difference on within-component tasks (same runs, budget and statistic)",
+)
+
+PROTOCOL = Protocol(
+    study="modular-teacher-student",
+    claims=(_S1, _S2),
+    seeds={"smoke": 3, "fast": 5, "paper": 5},
+    calibration_seeds=(10_000,),
+    presets={
+        "smoke": "n_hidden 8, 20 outer × 5 inner steps, 3 seeds: plumbing only, verdicts "
+        "inconclusive (fewer than 5 seeds)",
+        "fast": "reference sizes, 750 outer steps (fixed from the measured cost of a K = 6 "
+        "ensemble step before any verdict was read), training inner loop 50 × 2e-2, "
+        "evaluation inner loop 200 × 2e-2; 5 seeds × {Blessed, Doomed} as one K = 10 "
+        "ensemble (3 seeds until 2026-12-07). A demo: the fit bar needs ~2k-6k outer steps",
+        "paper": "the reference configuration (GPU): 60k outer steps, inner 300 × 3e-3, every "
+        "task set × 5 seeds (the reference has 3), sweep, monolithic baseline, hyperteacher "
+        "table",
+    },
+    reproduces="paper (GPU; never run); fast cannot meet the fit precondition (relative loss "
+    "0.22-0.28 at 750 outer steps against 0.05)",
+    registered="2026-12-07: fixed after the earlier contract's fast verdicts at seeds 0 and "
+    "1000 were seen (s1 and s2 inconclusive at both: worst fit 0.280 / 0.224 > 0.05; s1 per "
+    "seed 0.0025, 0.0015, 0.0097 and −0.0166, 0.0009, −0.0024; s2 0.0010, 0.0017, 0.0035 and "
+    "−0.0326, 0.0084, 0.0034; controls not held). This version: 5 seeds per arm at fast and "
+    "paper. Calibration seeds: none has been run; base 10000 is reserved for sizing full",
+    amendments=(
+        Amendment(
+            date="2026-12-02",
+            claims=("s1", "s2"),
+            change="s1's metric from module alignment (align_B >= 0.9 and align_B − align_D "
+            ">= 0.15) to the cross-component relative loss, Doomed − Blessed >= 0.05; s2's R² "
+            "from the mean over eval keys h = 2..6 to cross-component tasks (R²_B >= 0.9 "
+            "dropped); the guard (training-loss ratio <= 2, 'undertrained') became the fit "
+            "precondition (relative loss <= 0.05 per run); within-component controls added; "
+            "1 -> 3 seeds; fast 2,000 -> 750 outer steps (commit 69249ed)",
+            reason="issue 19's audit: per-unit alignment cannot separate the supports by "
+            "construction (a student built to fit every Doomed task while failing across the "
+            "triangles aligns as well); the h = 6 key is ill-posed (z_m in (0.5, 0.6)); 750 "
+            "steps from the measured K = 6 ensemble step cost",
+            seen="fast at base seed 0 (2026-12-01): align 0.749 vs 0.734 (s1 failed), R² "
+            "−0.34 vs −1.04 (s2 failed), guard held; a 6,000-step diagnostic at seed 0",
+        ),
+        Amendment(
+            date="2026-12-07",
+            claims=("s1", "s2"),
+            change="5 seeds per arm at fast and paper (were 3); statuses from a 95 % "
+            "Student-t interval",
+            reason="issue 27: intervals need >= 5 seeds",
+            seen="fast at base seeds 0 and 1000 (inconclusive, see registered)",
+        ),
+    ),
+)
