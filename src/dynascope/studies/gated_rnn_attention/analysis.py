@@ -1,5 +1,7 @@
-"""gated-rnn-attention verdicts g1, g1-f32, g2, g3, g4-lsa, g4-gd on the verdict contract, each
-judged per seed (docs/studies/gated-rnn-attention.md)."""
+"""gated-rnn-attention verdicts g1, g1-f32 (identities), g2, g2-falls, g3, g4-lsa, g4-gd on the
+verdict contract, each judged per seed through the study's protocol (``protocol.py``; notes:
+docs/studies/gated-rnn-attention.md). The controls of g2, g2-falls and g4 are read from the
+ungated ablation runs (``b_ungated_h{n}_s{i}``, ``c_icl_grnn_ungated_s{i}``)."""
 
 from __future__ import annotations
 
@@ -11,23 +13,15 @@ import numpy as np
 
 from dynascope.store import Run
 from dynascope.studies.base import Analysis, Verdict
-from dynascope.studies.verdict import Control, Precondition, judge
+from dynascope.studies.verdict import Precondition
 
 from .figures import draw_figures, last, mean, tensor
+from .protocol import FIT_FRACTION, PROTOCOL
 
 __all__ = ["analyze", "ratio_standard_error"]
 
-# Frozen thresholds (notes page).
-G1_F64_ABS = 1e-6
-G1_F32_REL = 1e-5
-G2_NMSE = 1e-2
-G2_SLOPE = -0.5  # g2-falls: nmse falls at least like d_hidden^-0.5
-G3_NMSE_CHANGE = G2_NMSE  # pruning may cost at most what g2 calls a small nmse
-G4_RATIO = 1.05
-G4_REFERENCE_FIT = 0.5  # precondition: a reference's MSE <= this x the zero predictor's
-
-_NAME = re.compile(r"^(?P<part>a_construction|b_teacher_h(?P<hidden>\d+)|c_icl_(?P<model>\w+?))"
-                   r"_s(?P<i>\d+)$")  # fmt: skip
+_NAME = re.compile(r"^(?P<part>a_construction|b_(?P<arm>teacher|ungated)_h(?P<hidden>\d+)|"
+                   r"c_icl_(?P<model>\w+?))_s(?P<i>\d+)$")  # fmt: skip
 
 
 def _first(run: Run | None, key: str) -> float:
@@ -79,35 +73,29 @@ def _construction(runs: dict[int, Run]) -> tuple[list[Verdict], list[dict]]:
     precondition = Precondition(
         f"every construction run finished ({len(runs)} seeds)", met=_finished(list(runs.values()))
     )
-    control_text = "the same construction with λ = 1 − 1e-3 (a leaky accumulator)"
     gap = max((r["float64.scan_gap"] for r in rows), default=math.nan)
+    leaky = lambda key: ", ".join(f"{v[key]:.3g}" for v in per_seed.values())  # noqa: E731
     verdicts = [
-        judge(
-            claim="g1: the construction equals causal linear self-attention (float64)",
-            metric="per seed, max over cases of max|GRNN(x) − LSA(x)|, float64",
-            per_seed={s: v["f64"] for s, v in per_seed.items()},
-            threshold=G1_F64_ABS, direction="<=", precondition=precondition,
-            control=Control(control_text, per_seed={s: v["c64"] for s, v in per_seed.items()}),
-            detail=f"max |parallel scan − loop| {gap:.3g} (float64)",
+        PROTOCOL.claim("g1").judge(
+            {s: v["f64"] for s, v in per_seed.items()}, precondition=precondition, control=None,
+            detail=f"max |parallel scan − loop| {gap:.3g} (float64); the leaky construction "
+            f"(λ = 1 − 1e-3) per seed, reported: {leaky('c64')}",
         ),
-        judge(
-            claim="g1-f32: the construction equals causal linear self-attention (float32)",
-            metric="per seed, max over cases of max|GRNN(x) − LSA(x)| / max|LSA(x)|, float32",
-            per_seed={s: v["f32"] for s, v in per_seed.items()},
-            threshold=G1_F32_REL, direction="<=", precondition=precondition,
-            control=Control(control_text, per_seed={s: v["c32"] for s, v in per_seed.items()}),
-            detail="relative to max|LSA|: float32 rounding grows with the output's magnitude",
+        PROTOCOL.claim("g1-f32").judge(
+            {s: v["f32"] for s, v in per_seed.items()}, precondition=precondition, control=None,
+            detail="relative to max|LSA|: float32 rounding grows with the output's magnitude; "
+            f"the leaky construction per seed, reported: {leaky('c32')}",
         ),
     ]  # fmt: skip
     return verdicts, rows
 
 
 # -- (b) ------------------------------------------------------------------------------------------
-def _teacher(teacher: dict[int, dict[int, Run]], n_c: int) -> tuple[list[Verdict], list[dict]]:
+def _teacher_rows(teacher: dict[int, dict[int, Run]], n_c: int, arm: str) -> list[dict]:
     rows = []
     for hidden in sorted(teacher):
         runs = list(teacher[hidden].values())
-        row = {"d_hidden": hidden, "multiple": hidden / n_c, "seeds": len(runs)}
+        row = {"arm": arm, "d_hidden": hidden, "multiple": hidden / n_c, "seeds": len(runs)}
         for key in (
             "eval.nmse",
             "eval.nmse_pruned",
@@ -121,50 +109,69 @@ def _teacher(teacher: dict[int, dict[int, Run]], n_c: int) -> tuple[list[Verdict
             row[key] = mean([last(r, key) for r in runs])  # fmt: skip
         row["eval.nmse_untrained"] = mean([_first(r, "eval.nmse") for r in runs])
         rows.append(row)
+    return rows
+
+
+def _top_and_slopes(students: dict[int, dict[int, Run]], seeds: list[int]):
+    """Per seed: the largest student's final nmse and the slope of log nmse vs log size."""
+    sizes = sorted(students)
+    top, slopes = {}, {}
+    for s in seeds:
+        top[s] = last(students[sizes[-1]].get(s), "eval.nmse") if sizes else math.nan
+        slopes[s] = _slope(sizes, [last(students[h].get(s), "eval.nmse") for h in sizes])
+    return top, slopes
+
+
+def _teacher(
+    teacher: dict[int, dict[int, Run]], ungated: dict[int, dict[int, Run]], n_c: int
+) -> tuple[list[Verdict], list[dict]]:
+    rows = _teacher_rows(teacher, n_c, "gated") + _teacher_rows(ungated, n_c, "ungated")
     sizes = sorted(teacher)
     top = sizes[-1] if sizes else None
     runs_top = teacher.get(top, {})
     seeds = sorted(runs_top)
-    g2, g2_control, g3, g3_control, slopes, slopes_control = {}, {}, {}, {}, {}, {}
+    g2, slopes = _top_and_slopes(teacher, seeds)
+    g2_control, slopes_control = _top_and_slopes(ungated, seeds)
+    g3, g3_control = {}, {}
     for s in seeds:
         run = runs_top[s]
-        g2[s], g2_control[s] = last(run, "eval.nmse"), _first(run, "eval.nmse")
-        trained = [last(teacher[h].get(s), "eval.nmse") for h in sizes]
-        untrained = [_first(teacher[h].get(s), "eval.nmse") for h in sizes]
-        slopes[s], slopes_control[s] = _slope(sizes, trained), _slope(sizes, untrained)
         g3[s] = last(run, "eval.nmse_pruned") - last(run, "eval.nmse")
         g3_control[s] = last(run, "eval.nmse_pruned_near1") - last(run, "eval.nmse")
-    all_runs = [r for by_seed in teacher.values() for r in by_seed.values()]
-    finished = _finished(all_runs)
-    fit = mean([last(runs_top.get(s), "eval.nmse") for s in seeds])
+    gated_runs = [r for by_seed in teacher.values() for r in by_seed.values()]
+    ablation_runs = [r for by_seed in ungated.values() for r in by_seed.values()]
+    finished = _finished(gated_runs) and _finished(ablation_runs)
+    complete = sorted(ungated) == sizes and all(sorted(ungated[h]) == seeds for h in sizes)
+    trained = [last(r, "eval.nmse") < _first(r, "eval.nmse") for r in ablation_runs]
+    ablation_trained = complete and bool(trained) and all(trained)
+    b_text = (
+        f"every gated and ungated student run finished ({len(gated_runs)} + "
+        f"{len(ablation_runs)}); the ungated students trained (nmse at the end below step 0's, "
+        f"per size and seed: {sum(trained)} of {len(trained)})"
+    )
+    g2_bar = PROTOCOL.claim("g2").threshold
+    worst = max(g2.values()) if g2 and all(map(math.isfinite, g2.values())) else math.nan
+    spans = bool(sizes) and len(sizes) >= 2 and sizes[-1] >= 4 * sizes[0]
     verdicts = [
-        judge(
-            claim="g2: the teacher–student loss is small at 2× the construction",
-            metric="per seed, nmse of the largest student on fresh sequences",
-            per_seed=g2, threshold=G2_NMSE, direction="<=",
-            precondition=Precondition(f"every student run finished ({len(all_runs)})",
-                                      met=finished),
-            control=Control("the same student untrained (step 0)", per_seed=g2_control),
+        PROTOCOL.claim("g2").judge(
+            g2, precondition=Precondition(b_text, met=finished and ablation_trained),
+            control=g2_control,
         ),
-        judge(
-            claim="g2-falls: the teacher–student loss falls with hidden size",
-            metric=f"per seed, least-squares slope of log nmse vs log d_hidden, d_hidden {sizes}",
-            per_seed=slopes, threshold=G2_SLOPE, direction="<=",
+        PROTOCOL.claim("g2-falls").judge(
+            slopes,
             precondition=Precondition(
-                f"every student run finished and the sizes span >= 4x (here "
+                f"{b_text}; the sizes span >= 4x (here "
                 f"{sizes[-1] / sizes[0]:g}x)" if sizes else "student runs exist",
-                met=finished and len(sizes) >= 2 and sizes[-1] >= 4 * sizes[0]),
-            control=Control("the same students untrained (step 0)", per_seed=slopes_control),
+                met=finished and ablation_trained and spans),
+            control=slopes_control,
+            detail=f"d_hidden {sizes}",
         ),
-        judge(
-            claim="g3: pruning the mid-range-λ neurons of the 2× student barely changes its loss",
-            metric="per seed, nmse after pruning 0.05 ≤ |λ| ≤ 0.95 − nmse before (absolute)",
-            per_seed=g3, threshold=G3_NMSE_CHANGE, direction="<=",
+        PROTOCOL.claim("g3").judge(
+            g3,
             precondition=Precondition(
-                f"every student run finished and the largest student fits its teacher "
-                f"(mean nmse <= {G2_NMSE:g})", met=finished and fit <= G2_NMSE, measured=fit),
-            control=Control("pruning its |λ| > 0.95 neurons instead (the accumulators the "
-                            "construction uses)", per_seed=g3_control),
+                f"every student run finished and the largest student fits its teacher in every "
+                f"seed (nmse <= {g2_bar:g}; measured: the worst)",
+                met=_finished(gated_runs) and worst <= g2_bar, measured=worst),
+            control=g3_control,
             detail=f"pruned {mean([last(runs_top.get(s), 'pruned.count') for s in seeds]):.3g} "
             f"of {top} neurons on average",
         ),
@@ -230,6 +237,10 @@ def _icl(by_seed: dict[int, dict[str, Run]]) -> tuple[list[Verdict], list[dict]]
             row["gd.eta"] = mean([last(by_seed[s].get(model), "gd.eta") for s in seeds])
         rows.append(row)  # fmt: skip
     all_runs = [r for runs in by_seed.values() for r in runs.values()]
+    ablation = [by_seed[s].get("grnn_ungated") for s in seeds]
+    ablation_trained = bool(seeds) and all(
+        r is not None and last(r, "eval.mse") < _first(r, "eval.mse") for r in ablation
+    )
     verdicts = []
     for ref, name in (("lsa", "trained linear attention"), ("gd", "one GD step with η*")):
         per_seed, control, fits, errors = {}, {}, [], []
@@ -240,30 +251,36 @@ def _icl(by_seed: dict[int, dict[str, Run]]) -> tuple[list[Verdict], list[dict]]
                                                   (grnn, "eval.y")))  # fmt: skip
             ok = p is not None and q is not None and y is not None
             errors.append(ratio_standard_error(p, q, y) if ok else math.nan)
-            control[s] = _ratio(_first(grnn, "eval.mse"), last(other, "eval.mse"))
-            fits.append(_ratio(last(other, "eval.mse"), last(other, "eval.y_power")))
+            control[s] = _ratio(last(by_seed[s].get("grnn_ungated"), "eval.mse"),
+                                last(other, "eval.mse"))  # fmt: skip
+            for model in (ref, "grnn"):
+                run = by_seed[s].get(model)
+                fits.append(_ratio(last(run, "eval.mse"), last(run, "eval.y_power")))
         worst_fit = max(fits) if fits and all(map(math.isfinite, fits)) else math.nan
-        verdicts.append(judge(
-            claim=f"g4-{ref}: the trained gated RNN does in-context regression as well as {name}",
-            metric=f"per seed, MSE_GRNN / MSE_{ref.upper()} on the seed's fresh sequences",
-            per_seed=per_seed, threshold=G4_RATIO, direction="<=",
+        spread = (f"; over seeds, the standard error of the mean: "
+                  f"{np.std(list(per_seed.values()), ddof=1) / math.sqrt(len(seeds)):.2g}"
+                  if len(seeds) > 1 else "")  # fmt: skip
+        verdicts.append(PROTOCOL.claim(f"g4-{ref}").judge(
+            per_seed,
             precondition=Precondition(
-                f"every ICL run finished and the reference fits: MSE_{ref.upper()} <= "
-                f"{G4_REFERENCE_FIT:g} × the zero predictor's MSE in every seed (worst measured)",
-                met=_finished(all_runs) and worst_fit <= G4_REFERENCE_FIT, measured=worst_fit),
-            control=Control("the gated RNN untrained (step 0)", per_seed=control),
+                f"every ICL run finished; MSE_{ref.upper()} and MSE_GRNN <= {FIT_FRACTION:g} × "
+                f"the zero predictor's MSE in every seed (measured: the worst); the ungated "
+                f"RNN trained (MSE at the end below step 0's in every seed: {ablation_trained})",
+                met=_finished(all_runs) and worst_fit <= FIT_FRACTION and ablation_trained,
+                measured=worst_fit),
+            control=control,
             detail="standard error of each seed's ratio over its eval sequences (delta method): "
-            + ", ".join(f"{e:.2g}" for e in errors) + "; over seeds, the standard error of the "
-            f"mean: {np.std(list(per_seed.values()), ddof=1) / math.sqrt(len(seeds)):.2g}"
-            if len(seeds) > 1 else "",
+            + ", ".join(f"{e:.2g}" for e in errors) + spread,
         ))  # fmt: skip
     return verdicts, rows
 
 
 def analyze(runs: dict[str, Run], figures: Path) -> Analysis:
-    """Verdicts g1, g1-f32, g2, g3, g4-lsa, g4-gd from the stored runs; four figures."""
+    """Verdicts g1, g1-f32, g2, g2-falls, g3, g4-lsa, g4-gd from the stored runs (the ungated
+    ablation runs give the controls of g2, g2-falls, g4); four figures."""
     construction: dict[int, Run] = {}
     teacher: dict[int, dict[int, Run]] = {}
+    ungated: dict[int, dict[int, Run]] = {}
     icl: dict[int, dict[str, Run]] = {}
     for name, run in sorted(runs.items()):
         match = _NAME.match(name)
@@ -271,7 +288,8 @@ def analyze(runs: dict[str, Run], figures: Path) -> Analysis:
             continue
         seed = int(run.config["seed"])
         if match["hidden"]:
-            teacher.setdefault(int(match["hidden"]), {})[seed] = run
+            arm = teacher if match["arm"] == "teacher" else ungated
+            arm.setdefault(int(match["hidden"]), {})[seed] = run
         elif match["model"]:
             icl.setdefault(seed, {})[match["model"]] = run
         else:
@@ -282,14 +300,15 @@ def analyze(runs: dict[str, Run], figures: Path) -> Analysis:
     v, rows = _construction(construction)
     verdicts += v
     tables["(a) construction vs linear attention, per seed and case"] = rows
-    v, rows = _teacher(teacher, n_c)
+    v, rows = _teacher(teacher, ungated, n_c)
     verdicts += v
-    tables["(b) teacher–student per hidden size (mean over seeds)"] = rows
+    tables["(b) teacher–student per arm and hidden size (mean over seeds)"] = rows
     v, rows = _icl(icl)
     verdicts += v
     tables["(c) in-context regression: MSE and agreement (mean over seeds)"] = rows
     teacher_runs = {h: list(by_seed.values()) for h, by_seed in teacher.items()}
     multiples = {h: h / n_c for h in teacher}
-    icl_list = [icl[s] for s in sorted(icl)]
-    paths = draw_figures(teacher_runs, multiples, icl_list, n_c, figures, G2_NMSE)
+    icl_list = [{m: r for m, r in icl[s].items() if m != "grnn_ungated"} for s in sorted(icl)]
+    g2_bar = PROTOCOL.claim("g2").threshold
+    paths = draw_figures(teacher_runs, multiples, icl_list, n_c, figures, g2_bar)
     return Analysis(verdicts, paths, tables)

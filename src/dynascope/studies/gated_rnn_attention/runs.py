@@ -13,7 +13,9 @@ linear attention, and the same construction with λ = 1 − 10⁻³ (the control
 ``build_teacher_student``: a gated-RNN student of a linear-attention teacher, Adam on online
 batches, ν_log at :func:`nu_learning_rate`. (c) ``build_icl``: a model trained on in-context
 regression, or (``model = "gd"``) one GD step whose η* is fitted in one closed-form step.
-Probes at step 0 (untrained: the controls of g2–g4) and at the last step.
+Probes at step 0 and at the last step. ``gating=False`` (b, c) trains
+:class:`UngatedLinearRNN` instead, the ablation control of g2, g2-falls and g4: the same
+recurrence and budget with both multiplicative gates removed.
 """
 
 from __future__ import annotations
@@ -49,10 +51,9 @@ from dynascope.probes.recurrent import (
     pruned_copy,
     query_gradient,
 )
-from dynascope.studies.engine_runs import EngineRunConfig
 from dynascope.tasks.linear_attention_teacher import LinearAttentionTeacher
 from dynascope.tasks.linear_regression import InContextLinearRegression
-from dynascope.train import Parts, SeedStreams, StepContext
+from dynascope.train import EngineRunConfig, Parts, SeedStreams, StepContext
 
 HIST_BINS = 20
 CONTROL_LAMBDA = 1 - 1e-3  # g1's control: a leaky accumulator instead of λ = 1
@@ -87,6 +88,7 @@ class TeacherStudentRun(EngineRunConfig):
     batch_size: int = Field(64, ge=1)
     n_eval: int = Field(2048, ge=1, description="fresh sequences for the nmse")
     prune_delta: float = Field(0.05, gt=0, lt=0.5, description="δ of 'mid-range' |λ|")
+    gating: bool = Field(True, description="False: UngatedLinearRNN (the ablation control)")
 
 
 class ICLRun(EngineRunConfig):
@@ -109,6 +111,40 @@ class ICLRun(EngineRunConfig):
     n_grad: int = Field(1000, ge=1, description="eval sequences for ∂ŷ/∂x_q")
     n_fit: int = Field(50_000, ge=2, description="training sequences for GD's η*")
     prune_delta: float = Field(0.05, gt=0, lt=0.5)
+    gating: bool = Field(True, description="grnn only; False: UngatedLinearRNN (ablation)")
+
+
+class UngatedLinearRNN(GatedLinearRNN):
+    """The gated RNN with both multiplicative gates removed: ``h_t = λ ⊙ h_{t−1} + x_t @ W_in_x``,
+    ``y_t = (h_t @ W_out_h) @ D`` (real λ, no γ, no skip), ``[batch, pos, d_model]`` in and out.
+
+    The ablation of g2, g2-falls and g4 (Zucchet et al. 2023, arXiv 2309.01775, Sec. 3: the
+    gates form the products of keys, values and queries that linear attention needs): the
+    same recurrence, init, widths and budget, but the output is linear in the inputs, so it
+    cannot represent a linear-attention teacher or in-context regression. ``W_in_g`` and
+    ``W_out_x`` are dropped (None).
+
+    Raises:
+        ValueError: as :class:`~dynascope.nn.recurrent.GatedLinearRNN`.
+    """
+
+    def __init__(self, d_model: int, d_hidden: int) -> None:
+        super().__init__(d_model, d_hidden, lambda_kind="real")
+        self.W_in_g, self.W_out_x = None, None
+
+    def input_gate(self, x: Tensor) -> Tensor:
+        """``x @ W_in_x`` ``[batch, pos, d_hidden]`` (no gate)."""
+        return x @ self.W_in_x
+
+    def readout(self, h: Tensor, x: Tensor) -> Tensor:
+        """``(h @ W_out_h) @ D`` ``[batch, pos, d_model]`` (no gate)."""
+        return (h @ self.W_out_h) @ self.D
+
+
+def _rnn(d_model: int, d_hidden: int, gating: bool, **kwargs: Any) -> GatedLinearRNN:
+    if gating:
+        return GatedLinearRNN(d_model, d_hidden, **kwargs)
+    return UngatedLinearRNN(d_model, d_hidden)
 
 
 def nu_learning_rate(steps: int, delta: float = 0.05) -> float:
@@ -216,8 +252,8 @@ def build_teacher_student(config: TeacherStudentRun, streams: SeedStreams) -> Pa
     task = LinearAttentionTeacher(d_model=config.d_model, n_heads=config.n_heads,
                                   d_head=config.d_head, n_ctx=config.n_ctx,
                                   seed=streams("teacher"))  # fmt: skip
-    model = GatedLinearRNN(config.d_model, config.d_hidden, lambda_kind=config.lambda_kind,
-                           use_gamma_norm=config.use_gamma_norm)  # fmt: skip
+    model = _rnn(config.d_model, config.d_hidden, config.gating, lambda_kind=config.lambda_kind,
+                 use_gamma_norm=config.use_gamma_norm)  # fmt: skip
 
     def optimizer(m: GatedLinearRNN) -> torch.optim.Optimizer:
         rest = [p for n, p in m.named_parameters() if n != "nu_log"]
@@ -263,7 +299,7 @@ class FitEta:
 def _icl_model(config: ICLRun) -> nn.Module:
     d_in = config.d_x + 1
     if config.model == "grnn":
-        return GatedLinearRNN(d_in, config.d_hidden, lambda_kind=config.lambda_kind)
+        return _rnn(d_in, config.d_hidden, config.gating, lambda_kind=config.lambda_kind)
     if config.model == "lsa":
         return MultiHeadAttention(d_in, config.n_heads, config.d_head, kind="linear",
                                   is_causal=True)  # fmt: skip
@@ -323,7 +359,8 @@ class ICLProbe:
         target = torch.einsum("bi,bid->bd", x[:, :-1, -1], x[:, :-1, :-1])
         values["probe.r2"] = linear_probe_r2(state, target).cpu()
         for name in ("W_in_x", "W_in_g", "W_out_x"):  # for the block-structure figure
-            values[f"weights.{name}"] = getattr(model, name).detach().cpu()
+            if getattr(model, name) is not None:  # the ungated ablation has no gate weights
+                values[f"weights.{name}"] = getattr(model, name).detach().cpu()
         values["weights.W_out_h_norm"] = model.W_out_h.detach().norm(dim=1).cpu()
         return values
 

@@ -10,10 +10,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynascope.studies.base import RunSpec, Study
-from dynascope.studies.engine_runs import engine_runner
 from dynascope.train import Loop
 
 from .analysis import analyze
+from .protocol import PROTOCOL
 from .runs import (
     ConstructionRun,
     ICLRun,
@@ -112,7 +112,7 @@ class GatedRNNAttentionPreset(BaseModel):
     icl_models: list[Literal["grnn", "lsa", "gd", "lru", "lstm", "gru"]] = Field(
         default_factory=lambda: ["grnn", "lsa", "gd"], min_length=1
     )
-    seeds: int = Field(3, ge=1)
+    seeds: int = Field(5, ge=1)
 
 
 def smoke() -> GatedRNNAttentionPreset:
@@ -131,11 +131,12 @@ def smoke() -> GatedRNNAttentionPreset:
             n_grad=20,
             n_fit=500,
         ),  # fmt: skip
+        seeds=3,
     )
 
 
 def fast() -> GatedRNNAttentionPreset:
-    """S6's fast sizes (notes page), 3 seeds."""
+    """S6's fast sizes (notes page), 5 seeds, with the ungated ablation arms."""
     return GatedRNNAttentionPreset()
 
 
@@ -159,29 +160,30 @@ def construction_size(d_head: int, n_heads: int) -> int:
 
 
 def build_runs(preset: GatedRNNAttentionPreset, seed: int = 0) -> list[RunSpec]:
-    """``a_construction_s{i}``; ``b_teacher_h{d_hidden}_s{i}`` per multiple and
-    ``c_icl_{model}_s{i}`` per model, a (multiple | model)'s seeds one ensemble (GD, LSTM, GRU
-    and LRU run alone). Run seed ``seed + i``."""
+    """``a_construction_s{i}``; ``b_teacher_h{d_hidden}_s{i}`` and the ungated ablation
+    ``b_ungated_h{d_hidden}_s{i}`` per multiple; ``c_icl_{model}_s{i}`` per model and the
+    ungated ablation ``c_icl_grnn_ungated_s{i}``. A (multiple | model | ablation)'s seeds are
+    one ensemble (GD, LSTM, GRU and LRU run alone). Run seed ``seed + i``."""
     t, c = preset.teacher, preset.icl
     n_c = construction_size(t.d_head, t.n_heads)
     t_fields = t.model_dump(exclude={"steps", "log_every"})
     t_loop = Loop(steps=t.steps, log_every=t.log_every)
     c_fields = c.model_dump(exclude={"steps", "log_every"})
-    teacher_runner, icl_runner = engine_runner(build_teacher_student), engine_runner(build_icl)
     specs = []
     for i in range(preset.seeds):
         config = ConstructionRun(
             seed=seed + i, loop=Loop(steps=1), **preset.construction.model_dump()
         )
-        specs.append(RunSpec(f"a_construction_s{i}", config, engine_runner(build_construction)))
-    for multiple in preset.hidden_multiples:
-        hidden = max(1, round(multiple * n_c))
-        group = f"b_teacher_h{hidden}"
-        for i in range(preset.seeds):
-            config = TeacherStudentRun(seed=seed + i, loop=t_loop, d_hidden=hidden,
-                                       nu_lr=nu_learning_rate(t.steps, t.prune_delta),
-                                       **t_fields)  # fmt: skip
-            specs.append(RunSpec(f"{group}_s{i}", config, teacher_runner, group=group))
+        specs.append(RunSpec(f"a_construction_s{i}", config, build_construction))
+    for gating, part in ((True, "teacher"), (False, "ungated")):
+        for multiple in preset.hidden_multiples:
+            hidden = max(1, round(multiple * n_c))
+            group = f"b_{part}_h{hidden}"
+            for i in range(preset.seeds):
+                config = TeacherStudentRun(seed=seed + i, loop=t_loop, d_hidden=hidden,
+                                           nu_lr=nu_learning_rate(t.steps, t.prune_delta),
+                                           gating=gating, **t_fields)  # fmt: skip
+                specs.append(RunSpec(f"{group}_s{i}", config, build_teacher_student, group=group))
     for model in preset.icl_models:
         group = f"c_icl_{model}"
         steps = 1 if model == "gd" else c.steps
@@ -189,8 +191,13 @@ def build_runs(preset: GatedRNNAttentionPreset, seed: int = 0) -> list[RunSpec]:
         for i in range(preset.seeds):
             config = ICLRun(seed=seed + i, loop=loop, model=model, **c_fields)
             alone = model in ("gd", "lru", "lstm", "gru")
-            specs.append(RunSpec(f"{group}_s{i}", config, icl_runner,
+            specs.append(RunSpec(f"{group}_s{i}", config, build_icl,
                                  group=None if alone else group))  # fmt: skip
+    loop = Loop(steps=c.steps, log_every=min(c.log_every, c.steps))
+    for i in range(preset.seeds):  # the ablation of g4: the GRNN without its gates
+        config = ICLRun(seed=seed + i, loop=loop, model="grnn", gating=False, **c_fields)
+        specs.append(RunSpec(f"c_icl_grnn_ungated_s{i}", config, build_icl,
+                             group="c_icl_grnn_ungated"))  # fmt: skip
     return specs
 
 
@@ -201,4 +208,5 @@ STUDY = Study(
     presets={"smoke": smoke, "fast": fast, "paper": paper},
     build_runs=build_runs,
     analyze=analyze,
+    protocol=PROTOCOL,
 )
