@@ -24,14 +24,15 @@ from dynascope.studies.randomized_algorithms import (
     recall_loss_max,
 )
 from dynascope.studies.randomized_algorithms.analysis import _main_table, _verdicts
+from dynascope.studies.randomized_algorithms.protocol import PROTOCOL
 from dynascope.train import Loop
 
 
-def _planted(
-    tmp_path, values: dict[str, dict[str, float]], train_loss: float = 1.0, seed: int = 0
-):
+def _planted(tmp_path, values: dict[str, dict[str, float]], train_loss: float = 1.0, seed: int = 0):
+    """Finished recall stores of the smoke configs at 5 replicates (the protocol's minimum)."""
     runs = {}
-    for spec in build_runs(STUDY.preset("smoke"), seed):
+    preset = STUDY.preset("smoke").model_copy(update={"replicates": 5})
+    for spec in build_runs(preset, seed):
         if not spec.name.startswith("recall_"):
             continue
         model = spec.name.removeprefix("recall_").rsplit("_s", 1)[0]
@@ -65,6 +66,13 @@ _GOOD = {
         "p5_success": 0.0,
         "majority_success": 0.3,
     },
+    # the ablation (m = 1: no averaging over seeds) does not randomize
+    "lq_m1": {
+        "predictive_variance": 1e-5,
+        "mean_success": 0.3,
+        "p5_success": 0.0,
+        "majority_success": 0.3,
+    },
 }
 
 
@@ -72,19 +80,27 @@ def test_planted_values_pass_and_the_measured_numbers_are_reported(tmp_path):
     analysis = analyze(_planted(tmp_path, _GOOD), tmp_path)
     assert [v.status for v in analysis.verdicts] == ["held"] * 3
     i, ii, iii = analysis.verdicts
-    assert i.seeds == (0, 1, 2)
+    assert i.seeds == (0, 1, 2, 3, 4) and i.n_seeds == 5
     assert i.measured == pytest.approx(0.02 / 1e-3) and i.threshold == pytest.approx(1.0)
     assert [v.control.status for v in analysis.verdicts] == ["not held"] * 3
     assert all(v.precondition.met for v in analysis.verdicts)
     assert ii.measured == pytest.approx(0.2)
     assert iii.measured == pytest.approx(0.3)
+    # i and ii read their control from the m = 1 arm, iii from A^E_R
+    assert i.control.measured == pytest.approx(1e-5 / 1e-3)
+    assert ii.control.measured == pytest.approx(0.0) and iii.control.measured == pytest.approx(0)
+    assert all(v.control.kind == "ablation" for v in analysis.verdicts)
+    for v in analysis.verdicts:
+        spec = PROTOCOL.claim(v.claim_id)
+        assert (v.threshold, v.direction, v.statistic) == (spec.threshold, spec.direction, "mean")
     assert all(p.exists() for p in analysis.figures)
 
 
 def test_verdicts_record_the_runs_seeds_not_replicate_indices(tmp_path):
     analysis = analyze(_planted(tmp_path, _GOOD, seed=1000), tmp_path)
-    assert all(v.seeds == (1000, 1001, 1002) for v in analysis.verdicts)
-    assert all(tuple(v.control.per_seed) == (1000, 1001, 1002) for v in analysis.verdicts)
+    seeds = (1000, 1001, 1002, 1003, 1004)
+    assert all(v.seeds == seeds for v in analysis.verdicts)
+    assert all(tuple(v.control.per_seed) == seeds for v in analysis.verdicts)
 
 
 @pytest.mark.parametrize(
@@ -95,6 +111,11 @@ def test_verdicts_record_the_runs_seeds_not_replicate_indices(tmp_path):
         ("lq_random", "predictive_variance", 5e-5, ["not held", "inconclusive", "inconclusive"]),
         ("lq_random", "p5_success", 0.04, ["held", "not held", "held"]),  # gap 0.04 < 0.05
         ("lq_random", "majority_success", 0.34, ["held", "held", "not held"]),  # gain 0.04
+        # the m = 1 ablation randomizes too: i's and ii's controls hold, so they cannot tell
+        ("lq_m1", "predictive_variance", 0.02, ["inconclusive", "held", "held"]),
+        ("lq_m1", "p5_success", 0.2, ["held", "inconclusive", "held"]),
+        # A^E_R's vote gains as much: iii's control holds
+        ("erm_random", "majority_success", 0.6, ["held", "held", "inconclusive"]),
     ],
 )
 def test_each_claim_fails_on_its_own_planted_counterexample(tmp_path, model, key, value, expected):
@@ -125,12 +146,15 @@ def test_missing_runs_give_nan_and_fail(tmp_path):
 def test_smoke_end_to_end(tmp_path):
     outcome = STUDY.run(preset="smoke", out=tmp_path)
     info = json.loads((tmp_path / "verdict.json").read_text())
-    assert [r["status"] for r in info["runs"]] == ["finished"] * 11
+    assert [r["status"] for r in info["runs"]] == ["finished"] * 14  # 4 recall arms × 3, 2 colour
     for claim in info["claims"]:
         assert len(claim["per_seed"]) == 3 and claim["control"]["status"] is not None
-        if not claim["precondition"]["met"]:
-            assert claim["status"] == "inconclusive"
+        # smoke has 3 seeds (< 5): plumbing only, never held or not held
+        assert claim["status"] == "inconclusive" and claim["control"]["kind"] == "ablation"
+    assert info["protocol"]["sha256"] == PROTOCOL.sha256
     assert len(outcome.claims) == 3
+    ablation = load_run(tmp_path / "runs" / "recall_lq_m1_s0").config
+    assert (ablation["random_seeds"], ablation["m_seeds"], ablation["q"]) == (True, 1, 32.0)
     run = load_run(tmp_path / "runs" / "recall_lq_fixed_s0")
     assert run.config["random_seeds"] is False and run.config["m_seeds"] == 1
     # a fixed-seed model is deterministic: zero variance, per-input success in {0, 1}
@@ -226,16 +250,23 @@ def test_colouring_and_grid_world_runners_finish_on_tiny_configs(tmp_path):
 def test_fast_trains_each_arm_as_one_ensemble_and_the_opt_in_and_paper_presets_build():
     fast = STUDY.preset("fast")
     specs = build_runs(fast)
-    assert [s.name for s in specs[:3]] == [f"recall_erm_random_s{k}" for k in range(3)]
-    assert len(specs) == 9 and {s.group for s in specs} == {
+    assert [s.name for s in specs[:5]] == [f"recall_erm_random_s{k}" for k in range(5)]
+    assert len(specs) == 20 and {s.group for s in specs} == {
         "recall_erm_random",
         "recall_lq_random",
         "recall_lq_fixed",
+        "recall_lq_m1",
     }
+    assert fast.replicates == PROTOCOL.seeds["fast"] == 5 and STUDY.protocol is PROTOCOL
     assert [s.config.seed for s in build_runs(fast, 1000)[:3]] == [1000, 1001, 1002]
+    # the ablation arm: A^q_R's config with m = 1 (same q, steps, batch)
+    lq, m1 = (
+        next(s.config for s in specs if s.name == f"recall_{m}_s0") for m in ("lq_random", "lq_m1")
+    )
+    assert m1 == lq.model_copy(update={"m_seeds": 1})
     assert fast.recall.d_head < fast.recall.n_keys  # the capacity limit the claims need
     names = [s.name for s in build_runs(fast_with_colouring())]
-    assert names[9:] == ["colour_n10_q1_s0", "colour_n10_q3_s0", "colour_n10_q10_s0"]
+    assert names[20:] == ["colour_n10_q1_s0", "colour_n10_q3_s0", "colour_n10_q10_s0"]
     paper = [s.name for s in build_runs(STUDY.preset("paper"))]
     assert "grid_s4" in paper and "sweep_N20_q100_s4" in paper and "msweep_m16_s0" in paper
     assert "colour_n10_q5_s4" in paper
@@ -249,6 +280,16 @@ def test_recall_must_be_learned_by_the_lq_model_too(tmp_path):
     verdicts = _verdicts(rows)
     assert [v.status for v in verdicts] == ["inconclusive"] * 3
     assert verdicts[0].precondition.measured == pytest.approx(2.98)
+
+
+def test_the_fit_bar_reads_every_run_of_the_arms_a_claim_and_its_control_use(tmp_path):
+    """One unfit run of the m = 1 ablation (read by i's and ii's controls) stops i and ii;
+    iii reads A^q_R and A^E_R only."""
+    rows = _main_table(_planted(tmp_path, _GOOD))[1]
+    for row in rows:
+        if (row["model"], row["seed"]) == ("lq_m1", 3):
+            row["train_loss"] = 3.2
+    assert [v.status for v in _verdicts(rows)] == ["inconclusive", "inconclusive", "held"]
 
 
 def _tiny_grid(steps: int) -> GridWorldRun:

@@ -1,7 +1,8 @@
 """randomized-algorithms analysis: verdicts i-iii from the main recall runs (verdict contract),
 tables and figures of the sweeps, the colouring arm and the grid world.
 
-How the thresholds and preconditions were fixed: docs/studies/randomized-algorithms.md.
+Thresholds, statistics, bars and controls: :mod:`~dynascope.studies.randomized_algorithms.
+protocol`; how they were fixed: docs/studies/randomized-algorithms.md.
 """
 
 from __future__ import annotations
@@ -14,23 +15,16 @@ import numpy as np
 from dynascope.store import Run
 from dynascope.studies._run_values import last_or_nan
 from dynascope.studies.base import Analysis
-from dynascope.studies.verdict import Control, Precondition, Verdict, judge
+from dynascope.studies.verdict import Precondition, Verdict
 
 from .figures import colouring_figure, grid_figure, main_figures, sweep_figure
+from .protocol import I_ERM_VARIANCE_MAX, I_LQ_VARIANCE_MIN, I_RATIO_MIN, PROTOCOL
 
 __all__ = ["MAIN_MODELS", "analyze", "recall_loss_max"]
 
-# Frozen thresholds (SYSTEMS.md S2 proposals; notes page).
-I_ERM_VARIANCE_MAX = 1e-3
-I_LQ_VARIANCE_MIN = 1e-3
-I_RATIO_MIN = 10.0
-II_P5_GAP = 0.05
-III_VOTE_GAIN = 0.05
-
-MAIN_MODELS: tuple[str, ...] = ("erm_random", "lq_random", "lq_fixed")
-
-
-MAIN_MODELS: tuple[str, ...] = ("erm_random", "lq_random", "lq_fixed")
+# The recall arms of fast: the three models of S2 and the m = 1 ablation (protocol).
+MAIN_MODELS: tuple[str, ...] = ("erm_random", "lq_random", "lq_fixed", "lq_m1")
+NAMES = {"erm_random": "A^E_R", "lq_random": "A^q_R", "lq_fixed": "A^q_r0", "lq_m1": "A^q_R m=1"}
 
 
 _EVAL_KEYS = (
@@ -100,27 +94,39 @@ def _per_seed(rows: list[dict], model: str, key: str) -> dict[int, float]:
 
 
 def _verdicts(rows: list[dict]) -> list[Verdict]:
-    """i-iii per training seed (replicate), with preconditions and controls (notes page)."""
+    """i-iii per run seed (base seed + replicate), judged by the protocol: preconditions per
+    claim on every arm it and its control read, ablation controls (protocol module)."""
     nan = float("nan")
     seeds = sorted({r["seed"] for r in rows})
     bound = next((r["recall_loss_max"] for r in rows), nan)
-    losses = [r["train_loss"] for r in rows if r["model"] in MAIN_MODELS]
-    worst = max(losses) if losses and all(math.isfinite(x) for x in losses) else nan
-    learned = Precondition(
-        f"recall learned: every model's final training loss (seed-averaged, A^E_R, A^q_R, "
-        f"A^q_r0) <= (1 - k/(2N))·b·ln 2 = {bound:.3f} nats on every seed (measured: the worst)",
-        bool(worst <= bound),
-        worst,
-    )
+
+    def learned(models: tuple[str, ...]) -> Precondition:
+        """Every run of ``models`` (one per seed) ends at training loss <= the bound."""
+        losses = [_per_seed(rows, m, "train_loss").get(s, nan) for m in models for s in seeds]
+        worst = max(losses) if losses and all(math.isfinite(x) for x in losses) else nan
+        arms = ", ".join(NAMES.get(m, m) for m in models)
+        return Precondition(
+            f"recall learned: every run of {arms} ends at training loss (seed-averaged) <= "
+            f"(1 - k/(2N))·b·ln 2 = {bound:.3f} nats, per run (measured: the worst run; NaN: "
+            "a run missing)",
+            bool(worst <= bound),
+            worst,
+        )
+
     v_erm = _per_seed(rows, "erm_random", "predictive_variance")
     v_lq = _per_seed(rows, "lq_random", "predictive_variance")
+    v_m1 = _per_seed(rows, "lq_m1", "predictive_variance")
     lq = min((v_lq.get(s, nan) for s in seeds), default=nan)
-    used = Precondition(
-        learned.text + f"; and the seed is used: V(A^q_R) >= {I_LQ_VARIANCE_MIN:g} on every "
-        f"seed (smallest V {lq:.4g}; measured: the part that failed, else the smallest V)",
-        bool(learned.met and lq >= I_LQ_VARIANCE_MIN),
-        worst if not learned.met else lq,
-    )
+
+    def used(models: tuple[str, ...]) -> Precondition:
+        fit = learned(models)
+        seed_used = bool(lq >= I_LQ_VARIANCE_MIN)
+        return Precondition(
+            fit.text + f"; and the seed is used: V(A^q_R) >= {I_LQ_VARIANCE_MIN:g} on every "
+            f"seed (smallest V {lq:.4g}; measured: the part that failed, else the smallest V)",
+            bool(fit.met and seed_used),
+            fit.measured if not fit.met else lq,
+        )
 
     def ratio(v: float, other: float) -> float:
         return v / max(I_LQ_VARIANCE_MIN, I_RATIO_MIN * other)
@@ -130,49 +136,25 @@ def _verdicts(rows: list[dict]) -> list[Verdict]:
         m: {s: r["majority_success"] - r["mean_success"] for s, r in _by_seed(rows, m).items()}
         for m in MAIN_MODELS
     }
-    return [
-        judge(
-            claim="i: q = 1 ignores the seed (V ≈ 0); large q uses it (V > 0)",
-            metric="V(A^q_R) / max(1e-3, 10·V(A^E_R)), V = mean_{i,b} Var_seeds σ(logit) "
-            f"(>= 1 reads V(A^q_R) >= max({I_LQ_VARIANCE_MIN:g}, {I_RATIO_MIN:g}·V(A^E_R)))",
-            per_seed={s: ratio(v_lq.get(s, nan), v_erm.get(s, nan)) for s in seeds},
-            threshold=1.0,
-            direction=">=",
-            precondition=learned,
-            control=Control(
-                "the same ratio with the roles swapped: V(A^E_R) / max(1e-3, 10·V(A^q_R))",
-                per_seed={s: ratio(v_erm.get(s, nan), v_lq.get(s, nan)) for s in seeds},
-            ),
-            detail=f"V(A^E_R) per seed {[round(v_erm.get(s, nan), 6) for s in seeds]}; "
-            f"must be <= {I_ERM_VARIANCE_MAX:g}",
-        ),
-        judge(
-            claim="ii: the randomized Lq model's worst case beats the deterministic Lq model's",
-            metric="p5 over inputs of per-input success: p5(A^q_R) − p5(A^q_r0)",
-            per_seed={s: p5["lq_random"].get(s, nan) - p5["lq_fixed"].get(s, nan) for s in seeds},
-            threshold=II_P5_GAP,
-            direction=">=",
-            precondition=used,
-            control=Control(
-                "q = 1 with random seeds in place of A^q_R: p5(A^E_R) − p5(A^q_r0)",
-                per_seed={
-                    s: p5["erm_random"].get(s, nan) - p5["lq_fixed"].get(s, nan) for s in seeds
-                },
-            ),
-        ),
-        judge(
-            claim="iii: a majority vote over seeds beats a single seed (A^q_R)",
-            metric="mean majority-vote success − mean single-seed success (30 eval seeds)",
-            per_seed={s: gain["lq_random"].get(s, nan) for s in seeds},
-            threshold=III_VOTE_GAIN,
-            direction=">=",
-            precondition=used,
-            control=Control(
-                "the same gain for A^E_R (q = 1: deterministic, a vote adds nothing)",
-                per_seed={s: gain["erm_random"].get(s, nan) for s in seeds},
-            ),
-        ),
-    ]
+    i = PROTOCOL.claim("i").judge(
+        {s: ratio(v_lq.get(s, nan), v_erm.get(s, nan)) for s in seeds},
+        precondition=learned(("erm_random", "lq_random", "lq_m1")),
+        control={s: ratio(v_m1.get(s, nan), v_erm.get(s, nan)) for s in seeds},
+        detail=f"V(A^E_R) per seed {[round(v_erm.get(s, nan), 6) for s in seeds]} (S2 also "
+        f"asks <= {I_ERM_VARIANCE_MAX:g}); V(A^q_R m=1) per seed "
+        f"{[round(v_m1.get(s, nan), 6) for s in seeds]}",
+    )
+    ii = PROTOCOL.claim("ii").judge(
+        {s: p5["lq_random"].get(s, nan) - p5["lq_fixed"].get(s, nan) for s in seeds},
+        precondition=used(("lq_random", "lq_fixed", "lq_m1")),
+        control={s: p5["lq_m1"].get(s, nan) - p5["lq_fixed"].get(s, nan) for s in seeds},
+    )
+    iii = PROTOCOL.claim("iii").judge(
+        {s: gain["lq_random"].get(s, nan) for s in seeds},
+        precondition=used(("lq_random", "erm_random")),
+        control={s: gain["erm_random"].get(s, nan) for s in seeds},
+    )
+    return [i, ii, iii]
 
 
 def _by_seed(rows: list[dict], model: str) -> dict[int, dict]:

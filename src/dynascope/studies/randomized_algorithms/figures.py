@@ -24,13 +24,21 @@ def _mean(values: list[float]) -> float:
     return float(np.mean(values)) if values else float("nan")
 
 
-_COLOURS = {"erm_random": "C0", "lq_random": "C3", "lq_fixed": "C2", "erm_fixed": "C7"}
+_COLOURS = {
+    "erm_random": "C0",
+    "lq_random": "C3",
+    "lq_fixed": "C2",
+    "erm_fixed": "C7",
+    "lq_m1": "C4",
+}
 _LABELS = {
     "erm_random": "A^E_R (q=1, random r)",
     "lq_random": "A^q_R (Lq, random r)",
     "lq_fixed": "A^q_r0 (Lq, fixed r0)",
     "erm_fixed": "A^E_r0 (q=1, fixed r0)",
+    "lq_m1": "A^q_R m=1 (ablation)",
 }
+_HISTOGRAM_ORDER = ("erm_random", "lq_random", "lq_fixed")  # the paper's three; others after
 
 
 def main_figures(
@@ -45,7 +53,9 @@ def main_figures(
         first.setdefault(row["model"], row["run"])
     fig, axes = new_figure(3, title="recall: per-input success over 30 seeds (held-out inputs)")
     bins = np.linspace(0, 1, 21)
-    for ax, (model, name) in zip(axes, list(first.items())[:3], strict=False):
+    shown = sorted(first.items(), key=lambda kv: _HISTOGRAM_ORDER.index(kv[0])
+                   if kv[0] in _HISTOGRAM_ORDER else len(_HISTOGRAM_ORDER))  # fmt: skip
+    for ax, (model, name) in zip(axes, shown[:3], strict=False):
         try:
             s = runs[name].tensors("eval.per_input_success")[1][-1]
         except KeyError:

@@ -16,6 +16,7 @@ from dynascope.studies.engine_runs import engine_runner
 from dynascope.train import Loop, LRSchedule
 
 from .analysis import MAIN_MODELS, analyze
+from .protocol import PROTOCOL
 from .runs import (
     ColouringRun,
     GridWorldRun,
@@ -43,7 +44,8 @@ SOURCE = (
     "ICLR 2025, arXiv 2408.10818"
 )
 
-Model = Literal["erm_random", "lq_random", "lq_fixed", "erm_fixed"]
+# lq_m1: A^q_R with m = 1 seed per step (the ablation control of claims i and ii; protocol)
+Model = Literal["erm_random", "lq_random", "lq_fixed", "erm_fixed", "lq_m1"]
 
 
 class RandomizedAlgorithmsPreset(BaseModel):
@@ -68,11 +70,14 @@ class RandomizedAlgorithmsPreset(BaseModel):
 
 
 def _model_config(base: RecallRun, model: str, q_large: float, seed: int) -> RecallRun:
+    """The recall config of ``model``: q = 1 for ``erm_*`` else ``q_large``; fresh seeds for
+    ``*_random`` and ``lq_m1``; m = 1 for fixed seeds (m copies of one seed give the same loss)
+    and for ``lq_m1`` (the ablation: one fresh seed per step, no averaging over seeds)."""
     q = 1.0 if model.startswith("erm") else q_large
-    random = model.endswith("random")
+    random = model.endswith("random") or model == "lq_m1"
     update = {"q": q, "random_seeds": random, "seed": seed}
-    if not random:
-        update["m_seeds"] = 1  # m copies of one fixed seed give the same loss
+    if not random or model == "lq_m1":
+        update["m_seeds"] = 1
     return base.model_copy(update=update)
 
 
@@ -168,9 +173,11 @@ def _colouring_arm(n: int, steps: int, warmup: int, eval_seeds: int) -> Colourin
 
 def fast() -> RandomizedAlgorithmsPreset:
     """≤ 3 minutes on 2 CPU cores: recall N = 8, d_head 4, m = 8, batch 64, 1500 steps;
-    3 arms × 3 seeds (one K = 3 ensemble per arm). No colouring arm (reported, not gated; it
-    is opt-in: :func:`fast_with_colouring`). Why N = 8 and these sizes (issue 19: recall was not
-    learned at N = 12), the calibration seeds and the measured times: notes page."""
+    4 arms (A^E_R, A^q_R, A^q_r0 and the ablation A^q_R m = 1) × 5 seeds (one K = 5 ensemble
+    per arm; 3 arms × 3 seeds until 2026-12-07, protocol). No colouring arm (reported, not
+    gated; it is opt-in: :func:`fast_with_colouring`). Why N = 8 and these sizes (issue 19:
+    recall was not learned at N = 12), the calibration seeds and the measured times: notes
+    page."""
     recall = RecallRun(
         n_keys=8,
         d_head=4,
@@ -180,7 +187,7 @@ def fast() -> RandomizedAlgorithmsPreset:
         eval_inputs=2048,
         loop=_loop(1500, 150, 0.1),
     )
-    return RandomizedAlgorithmsPreset(recall=recall)
+    return RandomizedAlgorithmsPreset(recall=recall, replicates=PROTOCOL.seeds["fast"])
 
 
 def fast_with_colouring() -> RandomizedAlgorithmsPreset:
@@ -226,9 +233,9 @@ def paper() -> RandomizedAlgorithmsPreset:
     )
     return RandomizedAlgorithmsPreset(
         recall=recall,
-        models=["erm_random", "lq_random", "lq_fixed", "erm_fixed"],
+        models=["erm_random", "lq_random", "lq_fixed", "erm_fixed", "lq_m1"],
         q_large=100.0,
-        replicates=5,
+        replicates=PROTOCOL.seeds["paper"],
         n_keys_sweep=[8, 10, 12, 14, 16, 18, 20],
         q_sweep=[1.0, 16.0, 32.0, 100.0],
         m_sweep=[1, 2, 4, 8, 16],
@@ -245,4 +252,5 @@ STUDY = Study(
     presets={"smoke": smoke, "fast": fast, "paper": paper},
     build_runs=build_runs,
     analyze=analyze,
+    protocol=PROTOCOL,
 )
