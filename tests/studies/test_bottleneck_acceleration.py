@@ -26,8 +26,8 @@ from dynascope.studies.bottleneck_acceleration import (
     verdicts_from_rows,
 )
 from dynascope.studies.bottleneck_acceleration import runs as runs_module
-from dynascope.studies.engine_runs import run_members
-from dynascope.train import Loop
+from dynascope.studies.bottleneck_acceleration.protocol import PROTOCOL
+from dynascope.train import Loop, run_members
 
 F64 = torch.float64
 
@@ -141,21 +141,47 @@ def test_each_arm_steps_at_c_over_its_own_top_eigenvalue():
         cfg(kernel_step=2.0)
 
 
+def test_kernel_gd_steps_to_target_is_the_first_logged_step_of_the_iteration():
+    """The closed form (eigenbasis, bisection) against kernel GD iterated step by step, in the
+    engine's convention (the MSE logged at step t is the one before update t); a kernel GD
+    that stalls (a zero mode with a residual) never gets there."""
+    g = gen(3)
+    J = torch.randn(10, 30, generator=g, dtype=F64)
+    K, r0 = J @ J.T, torch.randn(10, generator=g, dtype=F64)
+    lr = 0.25 * 10 / float(torch.linalg.eigvalsh(K)[-1])
+    r, t = r0.clone(), 0
+    while True:
+        t += 1
+        if r.square().mean() <= 1e-3:
+            break
+        r = r - lr / 10 * (K @ r)
+    assert runs_module.kernel_gd_steps_to_target(K, r0, lr, 1e-3) == float(t)
+    assert runs_module.kernel_gd_steps_to_target(K, r0 * 1e-3, lr, 1e-3) == 1.0
+    flat = torch.diag(torch.tensor([1.0, 0.0], dtype=F64))
+    stalled = torch.tensor([0.0, 1.0], dtype=F64)
+    assert math.isinf(runs_module.kernel_gd_steps_to_target(flat, stalled, 0.5, 1e-3))
+    with pytest.raises(ValueError, match="target must be > 0"):
+        runs_module.kernel_gd_steps_to_target(K, r0, lr, 0.0)
+
+
+SEEDS = range(5)  # the contract's minimum
+
+
 def row(net, n, seed, steps=math.nan, budget=4001.0, movement=1.0, d=4, lazy_ratio=math.nan,
-        sharp=1.0):  # fmt: skip
+        sharp=1.0, mse=1e-4):  # fmt: skip
     reached = steps
     return {"run": f"{net}_{n}_{seed}", "net": net, "n": n, "d": d, "seed": seed,
             "status": "finished", "steps_to_target": reached,
             "steps_or_budget": budget if math.isnan(reached) else reached,
-            "final mse": 1e-4, "movement": movement, "ntk change": 0.1,
+            "final mse": mse, "movement": movement, "ntk change": 0.1,
             "(lr/N) λ_max(Θ0)": 0.5, "max (lr/N) λ_max(Θt)": sharp,
             "MSE / limit's": lazy_ratio}  # fmt: skip
 
 
 def rows(b_steps=(2000, 2400, 2800), lazy_steps=(math.nan,) * 3, wide_move=(0.4, 0.2, 0.1),
-         wide_vs_limit=(0.9, 0.9, 0.9), sharp=(1.0, 1.0, 1.0)):  # fmt: skip
+         wide_vs_limit=(0.9,) * 5, sharp=(1.0,) * 5):  # fmt: skip
     out = []
-    for s in range(3):
+    for s in SEEDS:
         out.append(row("kernel", 256, s, steps=6000.0, budget=8001.0))
         for n, st, lz in zip((128, 256, 512), b_steps, lazy_steps):
             out.append(row("bottleneck", n, s, steps=float(st), movement=0.7 + 0.01 * n / 128,
@@ -167,12 +193,26 @@ def rows(b_steps=(2000, 2400, 2800), lazy_steps=(math.nan,) * 3, wide_move=(0.4,
 
 
 def test_verdicts_on_hand_built_rows_have_known_values():
-    v = {x.claim.split(":")[0]: x for x in verdicts_from_rows(rows())}
-    assert v["b1"].status == "held" and v["b1"].per_seed == pytest.approx((2800 / 6000,) * 3)
-    assert v["b1"].control.per_seed == pytest.approx({s: 4001 / 6000 for s in range(3)})
-    assert v["b2"].status == "held" and v["b2"].per_seed == pytest.approx((0.74 / 0.71,) * 3)
+    verdicts = verdicts_from_rows(rows())
+    assert PROTOCOL.check(verdicts)  # thresholds, directions, statistics: the protocol's
+    v = {x.claim.split(":")[0]: x for x in verdicts}
+    assert v["b1"].status == "held" and v["b1"].per_seed == pytest.approx((2800 / 6000,) * 5)
+    assert v["b1"].control.per_seed == pytest.approx({s: 4001 / 6000 for s in SEEDS})
+    assert v["b1"].control.status == "not held" and v["b1"].n_seeds == 5
+    assert v["b2"].status == "held" and v["b2"].per_seed == pytest.approx((0.74 / 0.71,) * 5)
     assert v["b2"].control.measured == pytest.approx(4.0)  # 0.4 / 0.1
-    assert v["b3"].status == "held" and v["b3"].per_seed == pytest.approx((-1.0,) * 3)
+    assert v["b3"].status == "held" and v["b3"].per_seed == pytest.approx((-1.0,) * 5)
+    assert "Censored bottleneck runs" in v["b1"].detail and "none" in v["b1"].detail
+
+
+def test_a_net_that_did_not_train_makes_the_claims_reading_it_inconclusive():
+    """The fit bar (final train MSE <= FIT_MSE) on every net a claim reads, per run."""
+    bad = rows()
+    next(r for r in bad if r["net"] == "wide")["final mse"] = 0.3  # one all-wide run
+    v = {x.claim.split(":")[0]: x for x in verdicts_from_rows(bad)}
+    assert v["b1"].status == "held"  # b1 reads no all-wide net
+    assert v["b2"].status == v["b3"].status == "inconclusive"
+    assert v["b2"].precondition.measured == pytest.approx(0.3)
 
 
 def test_a_lazy_twin_as_fast_makes_b1_inconclusive_and_a_slow_bottleneck_fails_it():
@@ -189,16 +229,17 @@ def test_a_lazy_twin_as_fast_makes_b1_inconclusive_and_a_slow_bottleneck_fails_i
 def test_a_bottleneck_run_at_the_edge_of_stability_makes_b1_inconclusive():
     """b1 compares GD step counts, fair only while GD is stable along the run: a bottleneck
     run whose (lr/N) λ_max(Θ_t) reaches 2 (edge of stability) makes b1 inconclusive."""
-    assert verdicts_from_rows(rows(sharp=(1.0, 1.99, 1.5)))[0].status == "held"
-    b1 = verdicts_from_rows(rows(sharp=(1.0, 2.0, 1.5)))[0]
+    assert verdicts_from_rows(rows(sharp=(1.0, 1.99, 1.5, 1.0, 1.0)))[0].status == "held"
+    b1 = verdicts_from_rows(rows(sharp=(1.0, 2.0, 1.5, 1.0, 1.0)))[0]
     assert b1.status == "inconclusive" and "edge of stability" in b1.reason
 
 
 def test_b3_is_inconclusive_unless_the_widest_all_wide_net_is_near_its_limit():
     """Within a factor 2 of the kernel GD's MSE either way passes (0.5 and 2 included); a net
     2.1x faster or slower than its limit, in one seed, makes b3 inconclusive."""
-    for ratios, status in (((0.5, 1.0, 2.0), "held"), ((1.0, 1 / 2.1, 1.0), "inconclusive"),
-                           ((1.0, 1.0, 2.1), "inconclusive")):  # fmt: skip
+    for ratios, status in (((0.5, 1.0, 2.0, 1.0, 1.0), "held"),
+                           ((1.0, 1 / 2.1, 1.0, 1.0, 1.0), "inconclusive"),
+                           ((1.0, 1.0, 2.1, 1.0, 1.0), "inconclusive")):  # fmt: skip
         b3 = verdicts_from_rows(rows(wide_vs_limit=ratios))[2]
         assert b3.status == status, (ratios, b3.reason)
         assert b3.precondition.measured == pytest.approx(max(max(ratios), 1 / min(ratios)))
@@ -223,7 +264,7 @@ def test_lazy_ratio_reads_both_runs_at_the_all_wide_nets_last_step(tmp_path):
 def test_presets_build_the_planned_runs():
     assert studies.get("bottleneck-acceleration") is STUDY
     fast = build_runs(STUDY.preset("fast"))
-    assert len(fast) == 3 * (1 + 3 + 2 * 3)
+    assert len(fast) == 5 * (1 + 3 + 2 * 3)
     by = {s.name: s for s in fast}
     assert by["kernel_seed0"].config.loop.steps == 5000 and by["kernel_seed0"].group is None
     assert by["bottleneck_d4_n512_seed2"].group == "bottleneck_d4_n512"
@@ -242,10 +283,19 @@ def test_smoke_killed_midway_resumes_and_ends_as_an_uninterrupted_run(tmp_path, 
     whole = STUDY.run(preset="smoke", out=tmp_path / "whole")
     data = json.loads((tmp_path / "whole" / "verdict.json").read_text())
     assert [c["claim"].split(":")[0] for c in data["claims"]] == ["b1", "b2", "b3"]
-    # every control fails its claim at smoke scale: the lazy twin is slower than half the
-    # limit's steps, the all-wide layer's spread over n in {16, 256} exceeds 1.5, the
-    # codes' slope is above -0.4
-    assert [c["control"]["status"] for c in data["claims"]] == ["not held"] * 3
+    assert data["protocol"]["sha256"] == PROTOCOL.sha256
+    # smoke's 3 seeds are below the contract's 5: plumbing only, every verdict inconclusive
+    assert {c["status"] for c in data["claims"]} == {"inconclusive"}
+    assert all(c["control"]["kind"] == "ablation" for c in data["claims"])
+    # b1's control: each lazy twin's exact steps to the target (not its 200-step budget)
+    b1 = whole.claims[0]
+    for seed in b1.seeds:
+        exact = [load_run(tmp_path / "whole" / "runs" / f"lazy_d4_n{n}_seed{seed - b1.seeds[0]}")
+                 .last("kgd.steps_to_target") for n in (32, 64)]  # fmt: skip
+        kernel = load_run(tmp_path / "whole" / "runs" / f"kernel_seed{seed - b1.seeds[0]}")
+        k_steps = measure_run("kernel", kernel)["steps_to_target"]
+        assert b1.control.per_seed[seed] == pytest.approx(max(exact) / k_steps, rel=1e-12)
+        assert max(exact) > 201  # past the twin's budget: it would have been censored
     real, calls = runs_module.KernelGD.__call__, {"n": 0}
 
     def dies_at_step_100(self, *args):

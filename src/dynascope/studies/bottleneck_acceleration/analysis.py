@@ -12,29 +12,14 @@ import numpy as np
 from dynascope.store import Run
 from dynascope.studies._run_values import last_or_nan
 from dynascope.studies.base import Analysis
-from dynascope.studies.verdict import Control, Precondition, Verdict, judge
+from dynascope.studies.verdict import Precondition, Verdict
 
 from .figures import figures
+from .protocol import B1_EDGE, B2_FLOOR, B3_LAZY, FIT_MSE, PROTOCOL, VERDICT_D
 from .runs import BottleneckRun
 
-__all__ = [
-    "B1_RATIO",
-    "B2_SPREAD",
-    "B3_LAZY",
-    "B3_SLOPE",
-    "add_lazy_ratios",
-    "analyze",
-    "measure_run",
-    "verdicts_from_rows",
-]
+__all__ = ["add_lazy_ratios", "analyze", "measure_run", "verdicts_from_rows"]
 
-B1_RATIO = 0.5  # S16: the bottleneck needs at most half the steps
-B1_EDGE = 2.0  # GD stability: (lr/N) lambda_max(Theta_t) < 2 along every bottleneck run
-B2_SPREAD = 1.5  # S16: codes move Theta(1): max / min over widths
-B2_FLOOR = 0.1  # and every width moves by >= 0.1 (else the spread is inf)
-B3_SLOPE = -0.4  # S16: all-wide movement ~ n^-1/2 (theory -0.5)
-B3_LAZY = 2.0  # precondition: the widest all-wide net's MSE within this factor of its limit's
-VERDICT_D = 4
 NAN = float("nan")
 
 
@@ -50,10 +35,13 @@ def _first_at_or_below(run: Run, target: float) -> float:
 
 def measure_run(name: str, run: Run) -> dict[str, Any]:
     """One row per run: steps to the target (``steps_or_budget``: never or diverged = the
-    budget + 1, a lower bound), movement, eNTK change, stability."""
+    budget + 1, a lower bound; the lazy twin's are exact, from its kernel's eigenbasis, so
+    never censored), movement, eNTK change, stability."""
     cfg = BottleneckRun.model_validate(run.config)
     reached = _first_at_or_below(run, cfg.mse_target) if run.status == "finished" else NAN
     budget = float(cfg.loop.steps + 1)
+    if cfg.net == "bottleneck_lazy" and run.status == "finished":
+        reached = budget = last_or_nan(run, "kgd.steps_to_target")  # inf: never
     return {
         "run": name, "net": cfg.net, "n": cfg.width, "d": cfg.bottleneck, "seed": cfg.seed,
         "status": run.status, "steps_to_target": reached,
@@ -120,8 +108,26 @@ def _spread(by_n: dict[int, dict]) -> float:
     return max(vals) / min(vals) if min(vals) >= B2_FLOOR else math.inf
 
 
+def _fit(rows: list[dict], nets: tuple[str, ...]) -> Precondition:
+    """Every run of ``nets`` finished with train MSE <= FIT_MSE (it trained); measured: the
+    worst final MSE."""
+    mine = [r for r in rows if r["net"] in nets]
+    worst = max((r["final mse"] for r in mine), default=NAN)
+    ok = bool(mine) and all(r["status"] == "finished" for r in mine)
+    return Precondition(
+        f"every {'/'.join(nets)} run finished with final train MSE <= {FIT_MSE:g} (it "
+        f"trained; worst {worst:.3g})",
+        ok and bool(worst <= FIT_MSE),
+        worst,
+    )
+
+
+def _both(*pres: Precondition) -> Precondition:
+    return Precondition("; ".join(p.text for p in pres), all(p.met for p in pres), pres[0].measured)
+
+
 def verdicts_from_rows(rows: list[dict]) -> list[Verdict]:
-    """b1-b3 from the measured rows."""
+    """b1-b3 from the measured rows (thresholds, statistics, controls: ``PROTOCOL``)."""
     kernel = {s: next(iter(v.values())) for s, v in _select(rows, "kernel").items()}
     bott, lazy, wide = (_select(rows, k) for k in ("bottleneck", "bottleneck_lazy", "wide"))
     seeds = sorted(set(kernel) | set(bott) | set(wide))
@@ -137,19 +143,21 @@ def verdicts_from_rows(rows: list[dict]) -> list[Verdict]:
     edge = [r.get("max (lr/N) λ_max(Θt)", NAN) for s in bott.values() for r in s.values()]
     edge_max = float(np.nanmax(edge)) if np.isfinite(edge).any() else NAN
     finished = all(r["status"] == "finished" for r in rows if r["net"] != "wide")
-    b1_pre = Precondition(
-        "the analytic-NTK kernel GD reaches the target in every seed, GD is stable at init "
-        f"((lr/N) λ_max(Θ0) < 2; max {np.nanmax(stab):.3g}) and along every bottleneck run, "
-        f"off the edge of stability ((lr/N) λ_max(Θt) < {B1_EDGE:g} at every logged step; "
-        f"max {edge_max:.3g}), and every bottleneck and kernel run finished",
-        bool(k_reached and all(k_reached) and np.nanmax(stab) < 2 and finished
-             and not edge_max >= B1_EDGE),
-        float(np.mean([k["steps_to_target"] for k in kernel.values()])) if kernel else NAN,
+    censored = [f"{s}/n={n}" for s in seeds for n, r in sorted(bott.get(s, {}).items())
+                if math.isnan(r["steps_to_target"])]  # fmt: skip
+    b1_pre = _both(
+        Precondition(
+            "the analytic-NTK kernel GD reaches the target in every seed, GD is stable at init "
+            f"((lr/N) λ_max(Θ0) < 2; max {np.nanmax(stab):.3g}) and along every bottleneck "
+            f"run, off the edge of stability ((lr/N) λ_max(Θt) < {B1_EDGE:g} at every logged "
+            f"step; max {edge_max:.3g}), and every bottleneck and kernel run finished",
+            bool(k_reached and all(k_reached) and np.nanmax(stab) < 2 and finished
+                 and not edge_max >= B1_EDGE),
+            float(np.mean([k["steps_to_target"] for k in kernel.values()])) if kernel else NAN,
+        ),
+        _fit(rows, ("bottleneck",)),
     )  # fmt: skip
-    move_pre = Precondition(
-        "every net run finished (movement is read at the end)",
-        all(r["status"] == "finished" for r in rows if r["net"] in ("wide", "bottleneck")),
-    )
+    move_pre = _fit(rows, ("bottleneck", "wide"))
     near = [wide[s][max(wide[s])]["MSE / limit's"] for s in seeds if wide.get(s)]
     worst_lazy = max((abs(math.log(v)) if v > 0 else math.inf for v in near), default=NAN)
     b3_pre = Precondition(
@@ -165,50 +173,31 @@ def verdicts_from_rows(rows: list[dict]) -> list[Verdict]:
     steps_note = "; ".join(
         f"seed {s}: kernel GD {kernel[s]['steps_to_target']:g}, bottleneck "
         + ", ".join(f"n={n}: {r['steps_or_budget']:g}" for n, r in sorted(bott.get(s, {}).items()))
+        + ", lazy twin (exact) "
+        + ", ".join(f"n={n}: {r['steps_or_budget']:g}" for n, r in sorted(lazy.get(s, {}).items()))
         for s in seeds
         if s in kernel
     )
+    steps_note += (
+        f". Censored bottleneck runs (never within the budget; their ratio is a lower bound): "
+        f"{', '.join(censored) or 'none'}"
+    )
     return [
-        judge(
-            claim=f"b1: the bottleneck net (d={VERDICT_D}) reaches train MSE <= 1e-3 in at most "
-            "half the steps of the all-wide net's infinite-width limit (kernel GD), each at the "
-            "same step in units of its own kernel at init (lr = c N / λ_max(Θ0))",
-            metric="max over n of steps(bottleneck) / steps(analytic-NTK kernel GD); never = "
-            "the budget + 1",
-            per_seed={s: ratio(bott, s) for s in seeds},
-            threshold=B1_RATIO,
-            direction="<=",
+        PROTOCOL.claim("b1").judge(
+            {s: ratio(bott, s) for s in seeds},
             precondition=b1_pre,
-            control=Control(
-                "the same ratio for the bottleneck net's own lazy twin (kernel GD with its eNTK "
-                "at init): kernel scale without feature learning",
-                per_seed={s: ratio(lazy, s) for s in seeds},
-            ),
+            control={s: ratio(lazy, s) for s in seeds},
             detail=steps_note,
         ),
-        judge(
-            claim="b2: the bottleneck codes move by Θ(1) at every width",
-            metric="max over n / min over n of ||Z_T - Z_0||_F / ||Z_0||_F (inf if any < 0.1)",
-            per_seed={s: _spread(bott.get(s, {})) for s in seeds},
-            threshold=B2_SPREAD,
-            direction="<=",
+        PROTOCOL.claim("b2").judge(
+            {s: _spread(bott.get(s, {})) for s in seeds},
             precondition=move_pre,
-            control=Control(
-                "the same spread of the all-wide net's middle layer H (freezes with width)",
-                per_seed={s: _spread(wide.get(s, {})) for s in seeds},
-            ),
+            control={s: _spread(wide.get(s, {})) for s in seeds},
         ),
-        judge(
-            claim="b3: the all-wide net's middle-layer features freeze as width^-1/2",
-            metric="least-squares slope of log ||H_T - H_0||_F / ||H_0||_F vs log n",
-            per_seed={s: _slope(wide.get(s, {}), "movement") for s in seeds},
-            threshold=B3_SLOPE,
-            direction="<=",
+        PROTOCOL.claim("b3").judge(
+            {s: _slope(wide.get(s, {}), "movement") for s in seeds},
             precondition=b3_pre,
-            control=Control(
-                "the same slope for the bottleneck codes Z",
-                per_seed={s: _slope(bott.get(s, {}), "movement") for s in seeds},
-            ),
+            control={s: _slope(bott.get(s, {}), "movement") for s in seeds},
         ),
     ]
 

@@ -4,6 +4,7 @@ docs/studies/bottleneck-acceleration.md)."""
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -20,10 +21,17 @@ from dynascope.probes.kernels import (
     ntk_relative_change,
 )
 from dynascope.probes.latent import latent_covariance_spectrum
-from dynascope.studies.engine_runs import EngineRunConfig
-from dynascope.train import Parts, SeedStreams, StepContext
+from dynascope.train import EngineRunConfig, Parts, SeedStreams, StepContext
 
-__all__ = ["BottleneckRun", "KernelGD", "arm_lr", "build_bottleneck", "make_data", "make_net"]
+__all__ = [
+    "BottleneckRun",
+    "KernelGD",
+    "arm_lr",
+    "build_bottleneck",
+    "kernel_gd_steps_to_target",
+    "make_data",
+    "make_net",
+]
 
 Net = Literal["bottleneck", "wide", "kernel", "bottleneck_lazy"]
 
@@ -98,6 +106,46 @@ class KernelGD:
         return 0.5 * mse, {"mse": mse}
 
 
+def kernel_gd_steps_to_target(K: Tensor, r0: Tensor, lr: float, target: float) -> float:
+    """Exact first logged step at which kernel GD's train MSE is <= ``target``, never censored.
+
+    Kernel GD ``r <- r - (lr/N) K r`` (``r = f - y``) in the eigenbasis ``K = V diag(λ) Vᵀ``:
+    ``MSE_k = (1/N) Σ_i (1 - lr λ_i / N)^(2k) (Vᵀ r0)_i²`` after k updates. The engine logs
+    the MSE before update t at step t, so the first logged step is ``k* + 1`` with ``k*`` the
+    fewest updates reaching the target (doubling, then bisection; MSE_k falls monotonically
+    while every ``|1 - lr λ_i / N| <= 1``, true for ``kernel_step`` c < 2).
+
+    Args:
+        K: ``[N, N]`` symmetric PSD kernel. r0: ``[N]`` initial residual ``f_0 - y``.
+        lr: GD step. target: the MSE to reach (> 0).
+    Returns:
+        The step (a float), or ``inf`` if kernel GD never gets there (within 2^40 updates).
+    Raises:
+        ValueError: if ``target`` is not positive.
+    """
+    if not target > 0:
+        raise ValueError(f"target must be > 0 (got target={target})")
+    lam, V = torch.linalg.eigh(K.double())
+    a2 = (V.mT @ r0.double()).square()
+    factor = (1 - lr * lam / len(r0)).abs().clamp(max=1.0)
+
+    def mse(k: int) -> float:
+        return float((factor.pow(2 * k) * a2).sum() / len(r0))
+
+    if mse(0) <= target:
+        return 1.0
+    hi = 1
+    while mse(hi) > target:
+        hi *= 2
+        if hi > 2**40:
+            return math.inf
+    lo = hi // 2  # mse(lo) > target >= mse(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if mse(mid) <= target else (mid, hi)
+    return float(hi + 1)
+
+
 def arm_lr(config: BottleneckRun, lambda_max: float) -> float:
     """The arm's GD step: ``c N / lambda_max(Theta_0)`` (``c = kernel_step``), or ``lr``."""
     if config.kernel_step is None:
@@ -136,7 +184,8 @@ def build_bottleneck(config: BottleneckRun, streams: SeedStreams) -> Parts:
     codes Z of the bottleneck, the middle layer H of the all-wide net), ``ntk.relative_change``
     on ``n_kernel`` points, the per-layer mean |preactivation| and the codes' covariance
     spectrum; at step 0 ``stability.eta_lambda_over_N`` = ``(lr/N) lambda_max(Theta_0)``.
-    Kernel twins log ``train.mse`` and their ``stability.eta_lambda_over_N``."""
+    Kernel twins log ``train.mse``, their ``stability.eta_lambda_over_N`` and
+    ``kgd.steps_to_target`` (:func:`kernel_gd_steps_to_target`: exact, whatever the budget)."""
     dtype = getattr(torch, config.loop.dtype)
     x, y = make_data(config, streams.generator("task"), dtype)
     N = config.n_train
@@ -153,8 +202,11 @@ def build_bottleneck(config: BottleneckRun, streams: SeedStreams) -> Parts:
         lam_max = float(torch.linalg.eigvalsh(K.double())[-1])
         lr = arm_lr(config, lam_max)
 
+        exact = kernel_gd_steps_to_target(K, f0 - y, lr, config.mse_target)
+
         def stability(model: nn.Module, ctx: object) -> dict:
-            return {"stability.eta_lambda_over_N": lr * lam_max / N, "stability.lr": lr}
+            return {"stability.eta_lambda_over_N": lr * lam_max / N, "stability.lr": lr,
+                    "kgd.steps_to_target": exact}  # fmt: skip
 
         return Parts(model=model, data={}, step=KernelGD(K, y, lr),
                      probes=[(stability, EveryN(config.loop.steps))])  # fmt: skip
