@@ -35,7 +35,7 @@ from dynascope.store import (
     safe_name,
 )
 from dynascope.studies.base import Analysis, RunSpec, Study, Verdict
-from dynascope.train import Trainer, run_training
+from dynascope.train import Engine, Member, Trainer, build_registry, loop_of
 
 TINY = {
     "name": "tiny",
@@ -80,7 +80,7 @@ def test_a_safe_name_is_exactly_one_path_component(name):
 
 def test_run_spec_refuses_a_path_as_name():
     with pytest.raises(ValueError, match=r"run name must be .* \(got '\.\./escape'\)"):
-        RunSpec("../escape", validate_config(TINY), run_training)
+        RunSpec("../escape", validate_config(TINY), build_registry)
 
 
 def test_create_run_dir_is_atomic_under_concurrency(tmp_path):
@@ -264,12 +264,16 @@ def test_a_fresh_run_into_a_directory_with_a_different_run_is_refused(tmp_path):
 
 # -- RNG state -----------------------------------------------------------------------------------
 def test_checkpoint_restores_torch_python_and_numpy_rng(tmp_path):
-    trainer = Trainer(validate_config(TINY), tmp_path / "r")
+    config = validate_config(TINY)
+    engine = Engine(
+        Member(tmp_path / "r", config.seed, config.model_dump(mode="json")),
+        lambda streams: build_registry(config, streams),
+        loop_of(config),
+    )
     random.seed(11)
     np.random.seed(12)
     torch.manual_seed(13)
     np.random.standard_normal()  # leaves a cached Gaussian in numpy's state
-    engine = trainer.engine
     with RunStore(tmp_path / "r") as store:
         engine.states[0].store = store
         engine._checkpoint(1)
@@ -303,10 +307,6 @@ def test_divergence_is_recorded_with_the_tensor_and_the_store_stays_intact(tmp_p
     assert lock_is_free(tmp_path / "div")
 
 
-def _runner_diverge(config, run_dir, progress=False):
-    return run_training(config, run_dir)
-
-
 def _analyze_statuses(runs, figures_dir):
     statuses = {name: run.status for name, run in runs.items()}
     n_ok = sum(s == "finished" for s in statuses.values())
@@ -325,9 +325,9 @@ def test_a_diverged_run_in_a_study_is_data_and_the_others_go_on(tmp_path):
         source="test",
         presets={"smoke": lambda: ok},
         build_runs=lambda preset, seed: [
-            RunSpec("a", ok, _runner_diverge),
-            RunSpec("b", bad, _runner_diverge),
-            RunSpec("c", ok, _runner_diverge),
+            RunSpec("a", ok, build_registry),
+            RunSpec("b", bad, build_registry),
+            RunSpec("c", ok, build_registry),
         ],
         analyze=_analyze_statuses,
     )

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 import pytest
 import torch
 
 from dynascope.config import validate_config
 from dynascope.store import load_run
-from dynascope.train import Trainer
+from dynascope.train import SeedStreams, Trainer, build_registry, run_members
 
 
 def _config(**train):
@@ -46,23 +48,27 @@ def test_same_config_and_seed_give_identical_metrics(tmp_path):
     pd.testing.assert_frame_equal(_scalars(tmp_path / "a"), _scalars(tmp_path / "b"))
 
 
+def _crashing_build(config, streams):
+    """The registry build whose 27th training batch raises (rows of steps 21..26 are then past
+    checkpoint 20)."""
+    parts = build_registry(config, streams)
+    calls, data = {"n": 0}, parts.data
+
+    def crashing_data(generator):
+        calls["n"] += 1
+        if calls["n"] == 27:
+            raise RuntimeError("simulated crash")
+        return data(generator)
+
+    return dataclasses.replace(parts, data=crashing_data)
+
+
 def test_resume_after_crash_reproduces_the_uninterrupted_run_exactly(tmp_path):
     cfg = _config()
     Trainer(cfg, tmp_path / "full").run()
 
-    trainer = Trainer(cfg, tmp_path / "crashed")
-    calls = {"n": 0}
-    batch = trainer.task.batch
-
-    def crashing_batch(split, *args, **kwargs):
-        calls["n"] += split == "train"
-        if calls["n"] == 27:  # train step 27: rows of steps 21..26 are past checkpoint 20
-            raise RuntimeError("simulated crash")
-        return batch(split, *args, **kwargs)
-
-    trainer.task.batch = crashing_batch
     with pytest.raises(RuntimeError, match="simulated crash"):
-        trainer.run()
+        run_members(_crashing_build, cfg, tmp_path / "crashed")
     crashed = load_run(tmp_path / "crashed")
     assert crashed.scalars["step"].max() > 20  # rows after the checkpoint were committed
     assert crashed.status == "running"
@@ -80,20 +86,21 @@ def test_l2_mode_adds_the_penalty_and_differs_from_decoupled(tmp_path):
     cfg = _config(steps=12)
     l2 = validate_config(cfg.model_dump(mode="json"), ["optimizer.mode=l2"])
     Trainer(cfg, tmp_path / "dec").run()
-    trainer = Trainer(l2, tmp_path / "l2")
+    parts = build_registry(l2, SeedStreams(l2.seed))
+    parts.optimizer(parts.model)
     expected = (
         0.5
         * 0.1
         * sum(
             p.square().sum()
-            for n, p in trainer.model.named_parameters()
+            for n, p in parts.model.named_parameters()
             if n.endswith(("W_Q", "W_K", "W_V", "W_O"))
         )
     )
-    from dynascope.optim import l2_penalty
-
-    torch.testing.assert_close(l2_penalty(trainer.groups), expected)
-    trainer.run()
+    name, penalty = parts.extra_loss
+    assert name == "l2_penalty"
+    torch.testing.assert_close(penalty(), expected)
+    Trainer(l2, tmp_path / "l2").run()
     run = load_run(tmp_path / "l2")
     assert run.last("train.l2_penalty") > 0
     assert run.last("val.loss") != load_run(tmp_path / "dec").last("val.loss")
@@ -111,11 +118,13 @@ def test_huge_learning_rate_is_recorded_as_divergence(tmp_path):
     assert "not finite" in row["detail"]
 
 
-def test_evaluation_uses_the_same_batches_every_time(tmp_path):
-    trainer = Trainer(_config(), tmp_path / "e")
-    assert trainer.evaluate() == trainer.evaluate()
+@torch.no_grad()
+def test_evaluation_uses_the_same_batches_every_time():
+    cfg = _config()
+    parts = build_registry(cfg, SeedStreams(cfg.seed))
+    assert parts.evaluate(parts.model) == parts.evaluate(parts.model)
     state = torch.get_rng_state()
-    trainer.evaluate()
+    parts.evaluate(parts.model)
     assert torch.equal(state, torch.get_rng_state())
 
 

@@ -159,7 +159,9 @@ def _refuse_existing_run(out: Path) -> None:
 
 @app.command()
 def run(
-    config: Annotated[Path, typer.Argument(help="run config (YAML)")],
+    config: Annotated[
+        Path, typer.Argument(help="run config (YAML), or a run directory's config.yaml")
+    ],
     out: Annotated[
         Path | None,
         typer.Option(
@@ -178,34 +180,36 @@ def run(
 ) -> None:
     """Train one run from a YAML config into a new run directory.
 
+    The config is a registry run config, or any run directory's ``config.yaml`` (a study's run
+    too: ``runner.json`` beside it names what trains it), which trains that run again.
     Under `torchrun --nproc_per_node N` the run trains data-parallel (only rank 0 writes).
     """
-    from dynascope.config import ConfigError, load_config
+    from dynascope.config import ConfigError, RunConfig
     from dynascope.store import RunLockedError, create_run_dir
     from dynascope.studies.base import resolve_device
-    from dynascope.train import Trainer
+    from dynascope.train import load_run_config, run_members
 
     created = None
     try:
-        overrides = list(set_ or [])
-        if device is not None:
-            overrides.append(f"device={resolve_device(device)}")
-        cfg = load_config(config, overrides)
+        device = resolve_device(device)
+        build, cfg = load_run_config(config, list(set_ or []))
+        name = cfg.name if isinstance(cfg, RunConfig) else config.resolve().parent.name
         if out is not None and os.environ.get("RANK", "0") == "0":  # torchrun: rank 0 creates
             _refuse_existing_run(out)
         else:
-            _refuse_unusable_dir(Path("runs") / cfg.name)
-        trainer = Trainer(
+            _refuse_unusable_dir(Path("runs") / name)
+        if out is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            _fail("--out: give the run directory when training data-parallel (torchrun)")
+        if out is None:  # a fresh directory, atomically; removed below if the run is refused
+            created = out = create_run_dir("runs", name)
+        result = run_members(
+            build,
             cfg,
-            out or Path("runs") / cfg.name,
+            out,
+            device=device,
             progress=progress and sys.stderr.isatty(),
             bf16=bf16,
         )
-        if out is None and trainer.dist.enabled:
-            _fail("--out: give the run directory when training data-parallel (torchrun)")
-        if out is None:  # only now, with every input valid: a fresh directory, atomically
-            created = trainer.run_dir = create_run_dir("runs", cfg.name)
-        result = trainer.run()
     except (ConfigError, RunLockedError, sqlite3.DatabaseError, ValueError) as err:
         if created is not None and not any(created.iterdir()):
             created.rmdir()
@@ -219,8 +223,8 @@ def resume(
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ) -> None:
     """Continue a run from its last checkpoint (rows logged after it are dropped)."""
-    from dynascope.config import ConfigError, load_config
-    from dynascope.train import Trainer
+    from dynascope.config import ConfigError
+    from dynascope.train import resume_run
 
     if not (run_dir / "config.yaml").is_file():
         _fail(f"RUN_DIR: {str(run_dir)!r} is not a run directory (no config.yaml)")
@@ -232,14 +236,7 @@ def resume(
     except (OSError, sqlite3.DatabaseError, IndexError):
         finished_at = None  # no store yet: resuming starts it
     try:
-        if (run_dir / "runner.json").is_file():  # a study's run: its own build, on the engine
-            from dynascope.studies.engine_runs import resume_run
-
-            result = resume_run(run_dir, progress=progress and sys.stderr.isatty())
-        else:
-            cfg = load_config(run_dir / "config.yaml")
-            trainer = Trainer(cfg, run_dir, progress=progress and sys.stderr.isatty())
-            result = trainer.run(resume=True)
+        result = resume_run(run_dir, progress=progress and sys.stderr.isatty())
     except (ConfigError, RunLockedError, UnsafeCheckpointError, sqlite3.DatabaseError) as err:
         _fail(str(err))
     if finished_at is not None and _resumed_from(run_dir) == finished_at:

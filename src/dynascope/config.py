@@ -477,8 +477,11 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return result
 
 
-def validate_config(data: Any, overrides: list[str] | None = None) -> RunConfig:
-    """Validate a raw mapping (after overrides) into a :class:`RunConfig`.
+def validate_config(
+    data: Any, overrides: list[str] | None = None, *, config_class: type[BaseModel] = RunConfig
+) -> Any:
+    """Validate a raw mapping (after overrides) into a :class:`RunConfig` (or ``config_class``:
+    a study's run config, :mod:`dynascope.train.runs`).
 
     Raises:
         ConfigError: with one line naming the field, the value and what is allowed.
@@ -489,7 +492,7 @@ def validate_config(data: Any, overrides: list[str] | None = None) -> RunConfig:
         )
     data = apply_overrides(data, overrides or [])
     try:
-        return RunConfig.model_validate(data)
+        return config_class.model_validate(data)
     except ValidationError as err:
         raise ConfigError(format_validation_error(err)) from None
 
@@ -534,8 +537,13 @@ def _check_unique_keys(text: str) -> None:
             stack.extend(node.value)
 
 
-def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None) -> RunConfig:
-    """Read a YAML config (safe loader), apply overrides, validate.
+def load_config(
+    path: str | os.PathLike[str],
+    overrides: list[str] | None = None,
+    *,
+    config_class: type[BaseModel] = RunConfig,
+) -> Any:
+    """Read a YAML config (safe loader), apply overrides, validate (as :func:`validate_config`).
 
     Raises:
         ConfigError: missing or unreadable file, YAML syntax error, a key repeated in one
@@ -558,7 +566,7 @@ def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None
         raise ConfigError(f"config file {str(path)!r}: invalid YAML{where}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"config file {str(path)!r}: not UTF-8 text") from None
-    return validate_config(data if data is not None else {}, overrides)
+    return validate_config(data if data is not None else {}, overrides, config_class=config_class)
 
 
 # -- registry ---------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
     python _resume_child.py OUT
 
 Runs ``a`` (short), ``b`` (long, checkpoints every 10 steps) and ``c`` (short) in order with
-the in-process executor, through the Trainer, so a rerun after a SIGKILL resumes ``b`` from its
+the in-process executor, on the registry build, so a rerun after a SIGKILL resumes ``b`` from its
 last checkpoint. Prints ``{"runs": [...], "invoked": [...]}`` when the study completes.
 """
 
@@ -14,9 +14,7 @@ import sys
 
 from dynascope.config import validate_config
 from dynascope.studies.base import Analysis, RunSpec, Study, Verdict
-from dynascope.train import run_training
-
-INVOKED: list[str] = []
+from dynascope.train import build_registry
 
 
 def _config(name: str, steps: int):
@@ -37,11 +35,6 @@ def _config(name: str, steps: int):
     )
 
 
-def train_runner(config, run_dir, progress=False, resume=False):
-    INVOKED.append(f"{config.name}:{'resume' if resume else 'start'}")
-    return run_training(config, run_dir, resume=resume)
-
-
 def analyze(runs, figures_dir):
     n = sum(r.status == "finished" for r in runs.values())
     return Analysis([Verdict("all runs finished", "count", float(n), 3.0, n == 3)])
@@ -53,9 +46,9 @@ STUDY = Study(
     source="tests",
     presets={"smoke": lambda: _config("x", 1)},
     build_runs=lambda preset, seed: [
-        RunSpec("a", _config("a", 10), train_runner),
-        RunSpec("b", _config("b", 200), train_runner),
-        RunSpec("c", _config("c", 10), train_runner),
+        RunSpec("a", _config("a", 10), build_registry),
+        RunSpec("b", _config("b", 200), build_registry),
+        RunSpec("c", _config("c", 10), build_registry),
     ],
     analyze=analyze,
 )
@@ -65,4 +58,6 @@ if __name__ == "__main__":
 
     torch.set_num_threads(1)
     outcome = STUDY.run(preset="smoke", out=sys.argv[1])
-    print(json.dumps({"runs": outcome.runs, "invoked": INVOKED, "passed": outcome.passed}))
+    calls = {"started": "start", "resumed": "resume"}
+    invoked = [f"{r['name']}:{calls[r['this_call']]}" for r in outcome.runs if r["this_call"] in calls]
+    print(json.dumps({"runs": outcome.runs, "invoked": invoked, "passed": outcome.passed}))

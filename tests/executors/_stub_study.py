@@ -1,9 +1,8 @@
 """A stub study for executor, resume and report tests: runs that finish, raise, die or stall.
 
 Importable by name (``_stub_study``) once this folder is on ``sys.path``, so executors in other
-processes can unpickle its runners by reference. Each run logs ``x`` at steps 0..steps, drawn
-from its seed (so two executions of one run give equal rows), and an ``invoked`` event every
-time its runner starts (a kept run has exactly one).
+processes can unpickle its builds by reference. Each run trains on the engine and logs ``x`` at
+steps 0..steps, drawn from its seed (so two executions of one run give equal rows).
 """
 
 from __future__ import annotations
@@ -16,19 +15,17 @@ from typing import Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict
+from torch import Tensor, nn
 
+from dynascope.monitor import EveryN
 from dynascope.report.figures import new_figure, save_figure
-from dynascope.store import RunStore, load_run
 from dynascope.studies.base import Analysis, RunSpec, Study, Verdict
+from dynascope.train import EngineRunConfig, Loop, Parts, SeedStreams, StepContext
 
 Behaviour = Literal["ok", "raise", "die", "slow"]
 
 
-class StubRun(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    seed: int = 0
-    steps: int = 4
+class StubRun(EngineRunConfig):
     behaviour: Behaviour = "ok"
     sleep_s: float = 0.0
 
@@ -41,45 +38,42 @@ class StubPreset(BaseModel):
     sleep_s: float = 0.0
 
 
-def stub_runner(
-    config: StubRun,
-    run_dir: Path,
-    progress: bool = False,
-    device: str = "cpu",
-    resume: bool = False,
-):
-    """Logs ``x`` at steps 0..steps; ``resume`` continues after the last logged row (the rows
-    equal an uninterrupted run's: the generator is advanced past the rows already kept)."""
-    generator = torch.Generator().manual_seed(config.seed)
-    start = 0
-    if resume and (Path(run_dir) / "metrics.sqlite").is_file():
-        kept = load_run(run_dir).scalars.query("key == 'x'")
-        start = int(kept["step"].max()) + 1 if len(kept) else 0
-        for _ in range(start):  # the draws of the kept rows, one at a time as they were made
-            torch.randn((), generator=generator)
-    with RunStore(run_dir) as store:
-        store.truncate_after(start - 1)
-        store.write_config(config.model_dump(mode="json"))
-        store.set_status(start, "running")
-        store.event(start, "invoked", f"pid {os.getpid()} device {device}")
-        if config.behaviour == "raise":
-            raise RuntimeError("stub failure")
-        if config.behaviour == "die":
-            store.flush()
+class _StubStep:
+    """Sleeps ``sleep_s`` per step; ``die`` kills its own process at step 1."""
+
+    def __init__(self, config: StubRun) -> None:
+        self.config = config
+
+    def __call__(self, model: nn.Module, batch, ctx: StepContext) -> Tensor:
+        if self.config.behaviour == "die":
             os.kill(os.getpid(), signal.SIGKILL)
-        for step in range(start, config.steps + 1):
-            store.log(step, {"x": float(torch.randn((), generator=generator)), "device": 0.0})
-            store.flush()
-            time.sleep(config.sleep_s)
-        store.set_status(config.steps, "finished")
+        time.sleep(self.config.sleep_s)
+        return torch.zeros(())
+
+
+def build_stub(config: StubRun, streams: SeedStreams) -> Parts:
+    """Logs ``x`` at steps 0..steps (drawn from the seed, one draw per step, so a resumed run's
+    rows equal an uninterrupted run's); ``raise`` fails while building."""
+    if config.behaviour == "raise":
+        raise RuntimeError("stub failure")
+
+    def x(model: nn.Module, ctx) -> dict[str, float]:
+        generator = torch.Generator().manual_seed(config.seed)
+        for _ in range(ctx.step):  # the draws of the earlier steps, one at a time
+            torch.randn((), generator=generator)
+        return {"x": float(torch.randn((), generator=generator)), "device": 0.0}
+
+    model = nn.Linear(1, 1)
+    return Parts(model=model, data={}, step=_StubStep(config), probes=[(x, EveryN(1, also=[0]))])
 
 
 def build_runs(preset: StubPreset, seed: int) -> list[RunSpec]:
+    loop = Loop(steps=preset.steps, log_every=1, checkpoint_every=1)
     return [
         RunSpec(
             f"r{i}_{b}",
-            StubRun(seed=seed + i, steps=preset.steps, behaviour=b, sleep_s=preset.sleep_s),
-            stub_runner,
+            StubRun(seed=seed + i, loop=loop, behaviour=b, sleep_s=preset.sleep_s),
+            build_stub,
         )
         for i, b in enumerate(preset.behaviours)
     ]

@@ -108,7 +108,7 @@ def test_sigterm_stops_a_custom_runner_cleanly_and_a_rerun_resumes_it(stub, monk
     rows = {r["name"]: r for r in json.loads((out / "verdict.json").read_text())["runs"]}
     assert rows["r0_ok"]["this_call"] == "kept" and rows["r1_slow"]["this_call"] == "resumed"
     run = load_run(out / "runs" / "r1_slow")
-    assert run.events.query("kind == 'invoked'")["step"].tolist() == [0, kept]
+    assert len(run.events.query("kind == 'resumed'")) == 1 and 0 < kept <= STEPS
     x = run.scalars.query("key == 'x'")
     generator = torch.Generator().manual_seed(1)  # run r1's seed: an uninterrupted run's rows
     assert x["step"].tolist() == list(range(STEPS + 1))

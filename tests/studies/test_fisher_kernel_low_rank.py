@@ -13,7 +13,6 @@ from pydantic import ValidationError
 
 from dynascope import studies
 from dynascope.store import load_run
-from dynascope.train import run_members
 from dynascope.studies.fisher_kernel_low_rank import (
     STUDY,
     FisherKernelRun,
@@ -24,7 +23,7 @@ from dynascope.studies.fisher_kernel_low_rank import (
 )
 from dynascope.studies.fisher_kernel_low_rank import runs as runs_module
 from dynascope.studies.fisher_kernel_low_rank.protocol import PROTOCOL
-from dynascope.train import Loop
+from dynascope.train import Loop, run_members
 
 
 def loop(steps: int) -> Loop:

@@ -12,7 +12,6 @@ import torch
 
 from dynascope import studies
 from dynascope.store import RunStore, load_run
-from dynascope.studies.engine_runs import run_members
 from dynascope.studies.gradual_rank import (
     STUDY,
     ToyRun,
@@ -26,7 +25,7 @@ from dynascope.studies.gradual_rank import (
     switched_on,
 )
 from dynascope.tasks import DiagonalAttentionTeacher
-from dynascope.train import Loop, SeedStreams
+from dynascope.train import Loop, SeedStreams, run_members
 
 CLAIMS = ["t1", "t2", "t3", "v1-rise", "v1-end"]
 

@@ -12,7 +12,6 @@ import torch
 
 from dynascope import studies
 from dynascope.store import load_run
-from dynascope.studies.engine_runs import run_members
 from dynascope.studies.hyla_fuzzy_logic.protocol import ID_FIT, PROTOCOL
 from dynascope.studies.hyla_fuzzy_logic.runs import FuzzyRunConfig
 from dynascope.studies.hyla_fuzzy_logic.sraven import (
@@ -21,7 +20,7 @@ from dynascope.studies.hyla_fuzzy_logic.sraven import (
     build_sraven,
 )
 from dynascope.studies.hyla_fuzzy_logic.study import STUDY, build_runs
-from dynascope.train import Loop
+from dynascope.train import Loop, run_members
 
 
 def test_presets_and_runs():

@@ -8,8 +8,8 @@ import pytest
 
 from dynascope.store import load_run
 from dynascope.studies import _hyperteacher_run as ht
-from dynascope.studies.engine_runs import run_members
 from dynascope.studies.modular_teacher_student import STUDY
+from dynascope.train import run_members
 
 
 def _tiny(steps: int) -> ht.HyperteacherRunConfig:

@@ -26,7 +26,7 @@ from dynascope.studies.modular_teacher_student.study import (
     build_runs,
 )
 from dynascope.tasks.modular_teacher import ModularTeacher
-from dynascope.train import Loop
+from dynascope.train import Loop, run_members
 
 STUDY = studies.get("modular-teacher-student")
 
@@ -182,7 +182,7 @@ def test_paper_shaped_preset_trains_sweep_and_monolithic_baseline(tmp_path):
     assert [s.name for s in specs][2:] == ["sweep_h1_c1_wd0_s0", "monolithic_one_hots_plus_ring_s0"]
     assert specs[3].group is None
     for spec in specs[2:]:
-        result = spec.runner(spec.config, tmp_path / spec.name)
+        result = run_members(spec.build, spec.config, tmp_path / spec.name)
         assert result.status == "finished"
 
 
@@ -191,4 +191,4 @@ def test_second_order_inner_loop_trains(tmp_path):
     config = spec.config.model_copy(
         update={"second_order": True, "inner_fresh_x": True, "loop": Loop(steps=2, log_every=1)}
     )
-    assert spec.runner(config, tmp_path / "so").status == "finished"
+    assert run_members(spec.build, config, tmp_path / "so").status == "finished"

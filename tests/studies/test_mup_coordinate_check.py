@@ -10,6 +10,7 @@ import pytest
 from dynascope import studies
 from dynascope.store import load_run
 from dynascope.studies.mup_coordinate_check import STUDY, build_runs, load_records
+from dynascope.train import run_members
 
 
 def test_presets_validate_and_build_the_expected_runs():
@@ -117,7 +118,9 @@ def test_a_narrow_width_sweep_fails_the_precondition(tmp_path):
     runs = {}
     for group in dict.fromkeys(spec.group for spec in specs):
         members = [spec for spec in specs if spec.group == group]
-        members[0].runner([m.config for m in members], [tmp_path / m.name for m in members])
+        run_members(
+            members[0].build, [m.config for m in members], [tmp_path / m.name for m in members]
+        )
         runs.update({m.name: load_run(tmp_path / m.name) for m in members})
     analysis = STUDY.analyze(runs, tmp_path)
     for verdict in analysis.verdicts:

@@ -14,7 +14,6 @@ from pydantic import ValidationError
 from dynascope import studies
 from dynascope.nn.mlp import MLP
 from dynascope.store import RunStore, load_run
-from dynascope.studies.engine_runs import run_members
 from dynascope.studies.ntk_lazy_validity import (
     STUDY,
     LazyRun,
@@ -27,7 +26,7 @@ from dynascope.studies.ntk_lazy_validity import (
     two_layer,
 )
 from dynascope.studies.ntk_lazy_validity import runs as runs_module
-from dynascope.train import Loop
+from dynascope.train import Loop, run_members
 
 F64 = torch.float64
 

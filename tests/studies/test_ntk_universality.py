@@ -13,7 +13,6 @@ import torch
 from dynascope import studies
 from dynascope.probes.kernels import empirical_ntk, kernel_gd_predictions, model_function
 from dynascope.store import load_run
-from dynascope.studies.engine_runs import run_members
 from dynascope.studies.ntk_universality import STUDY, build_runs
 from dynascope.studies.ntk_universality.analysis import SLOPE_MAX, _precondition
 from dynascope.studies.ntk_universality.analysis import slope as _slope
@@ -23,7 +22,7 @@ from dynascope.studies.ntk_universality.runs import (
     build_universality,
     make_data,
 )
-from dynascope.train import Loop, SeedStreams
+from dynascope.train import Loop, SeedStreams, run_members
 
 LOOP = Loop(steps=6, dtype="float64")
 

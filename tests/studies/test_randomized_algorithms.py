@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from dynascope.store import RunStore, load_run
-from dynascope.studies.engine_runs import run_members
 from dynascope.studies.randomized_algorithms import (
     STUDY,
     ColouringRun,
@@ -25,7 +24,7 @@ from dynascope.studies.randomized_algorithms import (
 )
 from dynascope.studies.randomized_algorithms.analysis import _main_table, _verdicts
 from dynascope.studies.randomized_algorithms.protocol import PROTOCOL
-from dynascope.train import Loop
+from dynascope.train import Loop, run_members
 
 
 def _planted(tmp_path, values: dict[str, dict[str, float]], train_loss: float = 1.0, seed: int = 0):

@@ -12,21 +12,9 @@ import pandas as pd
 import pytest
 
 from dynascope import studies
-from dynascope.executors import runner_kwargs
 from dynascope.store import load_run
 
 CHILD = Path(__file__).with_name("_kill_child.py")
-
-
-def _cannot_resume(name: str) -> bool:
-    study = studies.get(name)
-    specs = study.build_runs(study.preset("smoke"), 0)
-    return any("resume" not in runner_kwargs(s.runner, resume=False) for s in specs)
-
-
-def test_every_study_runner_can_resume():
-    # Study.run refuses to rerun an interrupted run whose runner takes no ``resume``
-    assert [n for n in studies.names() if _cannot_resume(n)] == []
 
 
 def _child(*args: str) -> subprocess.CompletedProcess:

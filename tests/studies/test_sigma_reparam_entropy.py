@@ -9,13 +9,13 @@ import pytest
 
 from dynascope import studies
 from dynascope.store import RunStore, load_run
-from dynascope.studies.engine_runs import run_members
 from dynascope.studies.sigma_reparam_entropy import (
     STUDY,
     analyze,
     build_runs,
     build_units,
 )
+from dynascope.train import run_members
 
 CLAIMS = ["e1-collapse", "e1-instability", "e2-entropy", "e2-accuracy", "u1", "u2"]
 

@@ -14,7 +14,6 @@ import math
 import torch
 
 from dynascope import load_run
-from dynascope.studies.engine_runs import run_members
 from dynascope.studies.permuted_initialisations import STUDY, build_runs
 from dynascope.studies.permuted_initialisations.analysis import analyze
 from dynascope.studies.permuted_initialisations.transformer import (
@@ -23,7 +22,7 @@ from dynascope.studies.permuted_initialisations.transformer import (
     build_transformer_pair,
     split_runs,
 )
-from dynascope.train import Loop
+from dynascope.train import Loop, run_members
 
 TINY = TransformerBarrierRun(
     seed=1,

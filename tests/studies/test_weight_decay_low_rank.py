@@ -11,7 +11,6 @@ import torch
 
 from dynascope import studies
 from dynascope.store import load_run
-from dynascope.studies.engine_runs import run_members
 from dynascope.studies.weight_decay_low_rank import STUDY, ToyRun, build_runs
 from dynascope.studies.weight_decay_low_rank.analysis import (
     _toy,
@@ -21,7 +20,7 @@ from dynascope.studies.weight_decay_low_rank.analysis import (
 )
 from dynascope.studies.weight_decay_low_rank.runs import build_toy
 from dynascope.tasks import MatrixFactorization
-from dynascope.train import Loop
+from dynascope.train import Loop, run_members
 
 
 def _toy_config(seed: int = 0, **fields) -> ToyRun:

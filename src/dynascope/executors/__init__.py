@@ -22,7 +22,6 @@ from typing import Protocol
 from ._task import RunOutcome as RunOutcome
 from ._task import RunTask as RunTask
 from ._task import execute_task as execute_task
-from ._task import runner_kwargs as runner_kwargs
 from .local import LocalExecutor as LocalExecutor
 from .process import ProcessExecutor as ProcessExecutor
 

@@ -1,21 +1,20 @@
 """One run of a study as a unit of work that any executor can ship: :class:`RunTask`.
 
 Glossary:
-    task:     a run to execute now (its name, config, runner, run directory and keyword
+    task:     a run to execute now (its name, config, build, run directory and keyword
               arguments); tasks of one study are independent of each other.
     outcome:  what the executor reports when a task ends (:class:`RunOutcome`); the run's own
               status (``finished``, ``diverged``, ``interrupted``, ``failed``) lives in its store.
-    runner:   ``runner(config, run_dir, progress=False[, device="cpu"][, resume=False])``, a
-              module-level function (picklable by reference).
-    stop:     SIGINT/SIGTERM while a runner executes in a process's main thread. A runner that
-              handles signals itself (the Trainer) checkpoints and returns ``interrupted``; any
-              other runner is stopped where it is (:class:`RunStopped`), and its store is marked
-              ``interrupted`` at its last logged step, so every runner can be stopped cleanly.
+    build:    ``build(config, streams) -> Parts``, a module-level function (picklable by
+              reference), trained by :func:`dynascope.train.run_members`.
+    stop:     SIGINT/SIGTERM while a run executes in a process's main thread. Once training, the
+              engine handles signals itself: it checkpoints and returns ``interrupted``; before
+              that (while building) the run is stopped where it is (:class:`RunStopped`), and
+              its store is marked ``interrupted`` at its last logged step.
 """
 
 from __future__ import annotations
 
-import inspect
 import signal as signal_module
 import threading
 import time
@@ -35,7 +34,6 @@ __all__ = [
     "execute_task",
     "record_failure",
     "record_interrupted",
-    "runner_kwargs",
 ]
 
 
@@ -60,36 +58,24 @@ def quiet_interrupts_in_callbacks() -> None:
         sys.unraisablehook = hook
 
 
-def runner_kwargs(runner: Callable[..., Any], **offered: Any) -> dict[str, Any]:
-    """The keyword arguments among ``offered`` that ``runner`` accepts (by name or ``**kw``).
-
-    Studies written before a keyword existed (``device``, ``resume``) keep working: they are
-    simply not offered it.
-    """
-    params = inspect.signature(runner).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return dict(offered)
-    return {k: v for k, v in offered.items() if k in params}
-
-
 @dataclass(frozen=True)
 class RunTask:
-    """A run to execute: ``runner(config, run_dir, **kwargs)``.
+    """A run to execute: ``run_members(build, config, run_dir, **kwargs)``.
 
     Attributes:
         name: the run's name (its directory name under ``STUDY/runs/``).
-        runner: module-level runner function.
+        build: module-level ``build(config, streams) -> Parts``.
         config: the run's frozen pydantic config.
         run_dir: the run directory (absolute, so a worker's working directory does not matter).
-        kwargs: keyword arguments the runner accepts (:func:`runner_kwargs`).
+        kwargs: keyword arguments of :func:`~dynascope.train.run_members` (``progress``,
+            ``device``, ``resume``).
         uses_cuda: the run asks for a GPU (the Ray executor requests one).
         members: for an ensemble task (runs of one group trained together), the member run
-            names; ``config`` and ``run_dir`` are then lists in the same order and the runner
-            is called with the lists.
+            names; ``config`` and ``run_dir`` are then lists in the same order.
     """
 
     name: str
-    runner: Callable[..., Any]
+    build: Callable[..., Any]
     config: BaseModel | list[BaseModel]
     run_dir: Path | list[Path]
     kwargs: dict[str, Any] = field(default_factory=dict)
@@ -108,9 +94,9 @@ class RunOutcome:
 
     Attributes:
         name: the run's name.
-        seconds: wall-clock seconds of the runner call (``nan`` when unknown).
-        error: ``"Type: message"`` when the runner raised or its process died, else ``None``.
-        signal: ``"SIGINT"``/``"SIGTERM"`` when the runner returned a result carrying one.
+        seconds: wall-clock seconds of the run (``nan`` when unknown).
+        error: ``"Type: message"`` when the run raised or its process died, else ``None``.
+        signal: ``"SIGINT"``/``"SIGTERM"`` when the run returned a result carrying one.
         members: the member run names of an ensemble task (empty for one run).
     """
 
@@ -203,11 +189,12 @@ def execute_task(task: RunTask) -> RunOutcome:
 
 def _execute(task: RunTask) -> RunOutcome:
     from dynascope.store import RunLockedError
+    from dynascope.train import run_members
 
     start = time.perf_counter()
     stopped = None
     try:
-        result = task.runner(task.config, task.run_dir, **task.kwargs)
+        result = run_members(task.build, task.config, task.run_dir, **task.kwargs)
     except RunStopped as stop:
         stopped = stop.signal  # recorded below, once the runner's frames (and store) are gone
     except RunLockedError as err:

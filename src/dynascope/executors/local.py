@@ -1,9 +1,9 @@
 """The in-process executor: runs one after another in the calling process (the default).
 
-Signals behave as for ``dynascope run``: the runner's Trainer catches SIGINT/SIGTERM,
-checkpoints and returns ``interrupted``; a runner without its own signal handling is stopped
-where it is and its store marked ``interrupted`` (:func:`~dynascope.executors.execute_task`);
-the study stops there.
+Signals behave as for ``dynascope run``: the engine catches SIGINT/SIGTERM, checkpoints and
+returns ``interrupted``; a run stopped before it trains (while building) is stopped where it is
+and its store marked ``interrupted`` (:func:`~dynascope.executors.execute_task`); the study
+stops there.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ Children start from a ``forkserver`` that has imported torch and dynascope once,
 costs a ``fork`` rather than a fresh interpreter, and no child inherits a parent's OpenMP
 thread pool (which ``fork`` from a process that already ran parallel torch code can deadlock).
 
-Signals: Ctrl-C reaches every process of the terminal's process group, so each child's Trainer
-checkpoints and records ``interrupted`` (a custom runner is stopped and its store marked
+Signals: Ctrl-C reaches every process of the terminal's process group, so each child's engine
+checkpoints and records ``interrupted`` (a run still building is stopped and its store marked
 ``interrupted`` by :func:`~dynascope.executors.execute_task`); a SIGTERM sent to this process
 alone is forwarded to the children. After a signal no new run starts; the executor waits for
 the running children and the study stops (:class:`~dynascope.studies.base.StudyInterrupted`).

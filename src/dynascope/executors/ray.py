@@ -8,7 +8,7 @@ Glossary:
 
 Results land in the run directories under the study directory: on a multi-machine cluster that
 directory must be on a file system every node mounts at the same path (the run writes its own
-store, the driver only reads them). The nodes need dynascope installed (the runner is pickled
+store, the driver only reads them). The nodes need dynascope installed (the build is pickled
 by reference). A run that raises is recorded as ``failed`` by its task; a task whose worker
 process dies is recorded as ``failed`` by the driver; the other runs go on.
 

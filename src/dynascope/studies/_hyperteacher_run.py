@@ -38,9 +38,8 @@ from pydantic import Field
 from torch import Tensor
 
 from dynascope.nn.meta_learners import MetaLearner, soft_cross_entropy
-from dynascope.studies.engine_runs import EngineRunConfig
 from dynascope.tasks.modular_teacher import FewShotHyperteacher
-from dynascope.train import Loop, Parts, SeedStreams
+from dynascope.train import EngineRunConfig, Loop, Parts, SeedStreams
 
 __all__ = [
     "LEARNER_DEFAULTS",

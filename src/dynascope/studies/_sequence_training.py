@@ -24,7 +24,7 @@ from collections.abc import Callable
 import torch
 from pydantic import Field
 
-from dynascope.studies.engine_runs import EngineRunConfig
+from dynascope.train import EngineRunConfig
 
 __all__ = ["SequenceRunConfig", "adamw_matrices"]
 

@@ -5,7 +5,8 @@ A study is ``Study(name, claim, source, presets, build_runs, analyze)``:
 - ``presets``: ``{"smoke": fn, "fast": fn, "paper": fn}``, each returning a frozen pydantic
   preset (the study's own config class);
 - ``build_runs(preset, seed) -> list[RunSpec]``: the independent runs; each spec names a
-  module-level ``runner(config, run_dir)`` (picklable, so any executor can ship it);
+  module-level ``build(config, streams) -> Parts`` (picklable, so any executor can ship it),
+  trained by :func:`dynascope.train.run_members`;
 - ``analyze(runs, figures_dir) -> Analysis``: reads **only** the run stores (``load_run``)
   and returns verdicts computed from them, plus the figures it drew.
 
@@ -15,12 +16,9 @@ analyzes them and writes ``out/verdict.json``, ``out/figures/*.png`` and ``out/r
 A claim that does not hold is a result, not an error, and so is a run that diverges: the other
 runs go on and ``analyze`` sees its status. A run that fails with an exception (or whose
 process dies) is recorded as ``failed`` and the others go on. A run stopped by SIGINT/SIGTERM
-stops the study (:class:`StudyInterrupted`), whatever the runner: one that does not handle
-signals itself is stopped where it is and its store marked ``interrupted``
-(:mod:`dynascope.executors`). Running the study again resumes it: finished runs are kept,
-interrupted ones continue from their checkpoints (a runner must take ``resume``; the engine's
-runners do), missing ones start (``studies/_plan.py``; ``out/study.json`` records what the
-directory holds).
+stops the study (:class:`StudyInterrupted`). Running the study again resumes it: finished
+runs are kept, interrupted ones continue from their checkpoints, missing ones start
+(``studies/_plan.py``; ``out/study.json`` records what the directory holds).
 """
 
 from __future__ import annotations
@@ -30,7 +28,6 @@ import math
 import os
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,7 +51,6 @@ __all__ = [
     "StudyInterrupted",
     "StudyOutcome",
     "Verdict",
-    "one_intra_op_thread",
 ]
 
 PRESETS = ("smoke", "fast", "paper")
@@ -63,13 +59,6 @@ PRESETS = ("smoke", "fast", "paper")
 MAX_STUDY_SEED = 2**32
 # what this call did to a run
 _DONE = {"keep": "kept", "resume": "resumed", "start": "started"}
-
-
-def one_intra_op_thread() -> AbstractContextManager[None]:
-    """Run torch on one intra-op thread inside the block, then restore the previous count: the
-    engine's thread policy (:func:`dynascope.train._runtime.torch_threads`) for runners that
-    call the registry Trainer on small models."""
-    return torch_threads(1)
 
 
 def _finite_or_none(value: Any) -> Any:
@@ -92,14 +81,15 @@ def dump_json(data: dict[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One run of a study: its directory name, config and the runner that executes it.
+    """One run of a study: its directory name, config and the build that trains it.
 
-    ``runner(config, run_dir, progress=False)`` must be a module-level function (picklable);
-    it may also take ``device="cpu"`` (``cpu`` or ``cuda``) and ``resume=False`` (continue
-    from the run directory's last checkpoint), which are passed only to runners that take them.
-    Specs with the same ``group`` (and runner) train together as one ensemble on the engine:
-    the runner is then called once with the list of their configs and the list of their run
-    directories (:func:`dynascope.studies.engine_runs.run_members`); each keeps its own run.
+    ``build(config, streams) -> Parts`` must be a module-level function (picklable, named in
+    the run's ``runner.json``); ``config`` is an :class:`~dynascope.train.EngineRunConfig`
+    or a registry :class:`~dynascope.config.RunConfig` (whose build is
+    :func:`~dynascope.train.build_registry`). The run trains as
+    ``run_members(build, config, run_dir)`` (:func:`dynascope.train.run_members`). Specs with
+    the same ``group`` (and build) train together as one ensemble on the engine, with the list
+    of their configs and the list of their run directories; each keeps its own run.
 
     Raises:
         ValueError: if ``name`` is not a safe path component (:func:`dynascope.store.safe_name`).
@@ -107,7 +97,7 @@ class RunSpec:
 
     name: str
     config: BaseModel
-    runner: Callable[..., Any]
+    build: Callable[[Any, SeedStreams], Parts]
     group: str | None = None
 
     def __post_init__(self) -> None:
@@ -230,28 +220,26 @@ class Study:
             out: the study directory.
             seed: added to every run's seed.
             progress: show per-run progress bars (in-process executor only).
-            on_run: called as ``on_run(run_name, status, seconds)`` after each executed run;
-                a callback that takes ``action`` also gets what this call did to the run
-                (``started``, ``resumed``) and is called for each kept run
-                too (``action="kept"``, with its earlier seconds, before any run executes).
+            on_run: called as ``on_run(run_name, status, seconds, action=...)`` after each
+                executed run, ``action`` saying what this call did to it (``started``,
+                ``resumed``), and for each kept run too (``action="kept"``, with its earlier
+                seconds, before any run executes).
             on_start: called once everything is checked and planned, before any run
                 executes (a refused call never reaches it).
             executor: where runs execute (:mod:`dynascope.executors`); default in-process.
-            device: ``auto``, ``cpu`` or ``cuda``, passed to runners that take ``device``;
-                ``None`` leaves each run's own default.
+            device: ``auto``, ``cpu`` or ``cuda`` for every run; ``None`` leaves each run's
+                own device.
             fresh: delete the directory's runs and start every run over.
             run_reports: also write each run's ``report.html`` (loss and probe curves); a run
                 kept as it was (finished before this call) keeps the report it has.
         Raises:
             ValueError: unknown preset or device, ``seed`` outside [0, 2**32), ``cuda`` without
-                CUDA, a run to resume whose
-                runner takes no ``resume``, ``out`` is a run
-                directory or cannot be created or written, or ``out`` holds runs of other
-                configs (and not ``fresh``).
+                CUDA, ``out`` is a run directory or cannot be created or written, or ``out``
+                holds runs of other configs (and not ``fresh``).
             dynascope.store.RunLockedError: a run to execute is in use by another process.
             StudyInterrupted: a run was stopped by SIGINT/SIGTERM (rerun to continue).
         """
-        from dynascope.executors import LocalExecutor, RunTask, runner_kwargs
+        from dynascope.executors import LocalExecutor, RunTask
         from dynascope.executors._task import record_failure
 
         from ._plan import plan_runs, write_manifest
@@ -268,20 +256,10 @@ class Study:
         _make_study_dir(out)
         had_runs = _run_dirs(out)
         plan = plan_runs(out, self.name, preset, seed, configs, fresh=fresh)
-        for spec in specs:
-            if plan[spec.name] == "resume" and not runner_kwargs(spec.runner, resume=True):
-                runner = getattr(spec.runner, "__qualname__", repr(spec.runner))
-                raise ValueError(
-                    f"run {spec.name}: its runner {runner} cannot resume (it "
-                    "takes no resume argument; engine_runner(build) gives one); rerun with "
-                    "--fresh to start every run over"
-                )
         write_manifest(out, self.name, preset, seed, configs)
         (out / "runs").mkdir(exist_ok=True)
         executor = executor or LocalExecutor()
-        offered = {"progress": progress and executor.name == "local"}
-        if device is not None:
-            offered["device"] = device
+        bar = progress and executor.name == "local"
         tasks = []
         for members in _groups(specs):
             spec = members[0]
@@ -289,17 +267,17 @@ class Study:
             if actions == {"keep"}:
                 continue
             action = "start" if "start" in actions else "resume"
-            kwargs = runner_kwargs(spec.runner, **offered, resume=action == "resume")
+            kwargs = {"progress": bar, "device": device, "resume": action == "resume"}
             for m in members:
                 plan[m.name] = action
-            cuda = (device or getattr(spec.config, "device", "cpu")) == "cuda"
+            cuda = (device or _device(spec.config)) == "cuda"
             dirs = [(out / "runs" / m.name).resolve() for m in members]
             if spec.group is None:
-                tasks.append(RunTask(spec.name, spec.runner, spec.config, dirs[0], kwargs, cuda))
+                tasks.append(RunTask(spec.name, spec.build, spec.config, dirs[0], kwargs, cuda))
             else:
                 names = tuple(m.name for m in members)
                 configs = [m.config for m in members]
-                tasks.append(RunTask(spec.group, spec.runner, configs, dirs, kwargs, cuda, names))
+                tasks.append(RunTask(spec.group, spec.build, configs, dirs, kwargs, cuda, names))
         if had_runs - _run_dirs(out):  # the old report would link to run reports now gone
             (out / "report.html").unlink(missing_ok=True)
         start = time.perf_counter()
@@ -414,7 +392,7 @@ def _groups(specs: list[RunSpec]) -> list[list[RunSpec]]:
     """Specs in order, those sharing a ``group`` together (at its first member's place).
 
     Raises:
-        ValueError: if the members of a group have different runners.
+        ValueError: if the members of a group have different builds.
     """
     groups: dict[str, list[RunSpec]] = {}
     out: list[list[RunSpec]] = []
@@ -422,8 +400,8 @@ def _groups(specs: list[RunSpec]) -> list[list[RunSpec]]:
         if spec.group is None:
             out.append([spec])
         elif spec.group in groups:
-            if spec.runner != groups[spec.group][0].runner:
-                raise ValueError(f"group {spec.group!r}: its runs must share one runner")
+            if spec.build != groups[spec.group][0].build:
+                raise ValueError(f"group {spec.group!r}: its runs must share one build")
             groups[spec.group].append(spec)
         else:
             groups[spec.group] = [spec]
@@ -474,21 +452,21 @@ def _run_dirs(out: Path) -> set[str]:
 
 
 def _reporter(on_run: Callable[..., None] | None) -> Callable[[str, Any, Any, str], None]:
-    """``report(name, status, seconds, action)`` calling ``on_run`` as it accepts (``run``)."""
-    from dynascope.executors import runner_kwargs
-
+    """``report(name, status, seconds, action)`` calling ``on_run`` (``run``)."""
     if on_run is None:
         return lambda *args: None
-    takes_action = "action" in runner_kwargs(on_run, action=None)
 
     def report(name: str, status: Any, seconds: Any, action: str) -> None:
-        if takes_action:
-            seconds = math.nan if seconds is None else float(seconds)
-            on_run(name, status or "unknown", seconds, action=action)
-        elif action != "kept":
-            on_run(name, status or "unknown", seconds)
+        seconds = math.nan if seconds is None else float(seconds)
+        on_run(name, status or "unknown", seconds, action=action)
 
     return report
+
+
+def _device(config: BaseModel) -> str:
+    """A run config's device: a registry config's own, an engine run config's loop's."""
+    loop = getattr(config, "loop", None)
+    return getattr(loop if loop is not None else config, "device", "cpu")
 
 
 def _base_seed(out: Path) -> int | None:

@@ -12,9 +12,8 @@ from dynascope.monitor import LogSchedule
 from dynascope.nn.autoencoder import LinearAutoencoder, depth_lr
 from dynascope.probes.latent import latent_covariance_spectrum
 from dynascope.probes.spectral import effective_rank, rank_at, stable_rank
-from dynascope.studies.engine_runs import EngineRunConfig
 from dynascope.tasks.low_rank import LowRankGaussian
-from dynascope.train import Parts, SeedStreams
+from dynascope.train import EngineRunConfig, Parts, SeedStreams
 
 from .theory import equal_time_lr
 

@@ -15,7 +15,6 @@ from dynascope.studies.compositional_icl_bottleneck.runs import (
     CompositionalRunConfig,
     build_compositional,
 )
-from dynascope.studies.engine_runs import engine_runner
 from dynascope.train import Loop
 from dynascope.train.schedule import LRSchedule
 
@@ -119,7 +118,6 @@ def paper() -> CompositionalPreset:
 def build_runs(preset: CompositionalPreset, seed: int = 0) -> list[RunSpec]:
     """``{model}_{support}_s{i}`` per (support, model, seed), one ensemble per (support, model);
     ``{model}_unstructured_s{i}`` when the preset asks for the control."""
-    runner = engine_runner(build_compositional)
     specs = []
     for split, supports in (("train", preset.supports), ("unstructured", ["connected+"])):
         if split == "unstructured" and not preset.unstructured_control:
@@ -131,7 +129,9 @@ def build_runs(preset: CompositionalPreset, seed: int = 0) -> list[RunSpec]:
                     update = {"support": support, "train_split": split, "seed": seed + s}
                     cfg = base.model_copy(update=update)
                     name = f"{base.model}_{tag}_s{s}"
-                    specs.append(RunSpec(name, cfg, runner, group=f"{base.model}_{tag}"))
+                    specs.append(
+                        RunSpec(name, cfg, build_compositional, group=f"{base.model}_{tag}")
+                    )
     return specs
 
 

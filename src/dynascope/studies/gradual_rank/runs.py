@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 import torch
 from pydantic import Field, field_validator
 from torch import Tensor, nn
 
-from dynascope.config import RunConfig
 from dynascope.monitor import EveryN
-from dynascope.studies.base import one_intra_op_thread
-from dynascope.studies.engine_runs import EngineRunConfig
 from dynascope.tasks.diagonal_teacher import DiagonalAttentionTeacher
-from dynascope.train import Parts, SeedStreams, StepContext, run_training
+from dynascope.train import EngineRunConfig, Parts, SeedStreams, StepContext
 
-__all__ = ["ToyRun", "build_toy", "vit_runner"]
+__all__ = ["ToyRun", "build_toy"]
 
 
 class ToyRun(EngineRunConfig):
@@ -113,23 +108,3 @@ def build_toy(config: ToyRun, streams: SeedStreams) -> Parts:
 
     schedule = EveryN(config.loop.log_every, also=[0, config.loop.steps])
     return Parts(model=model, data={}, step=step, probes=[(trace, schedule)])
-
-
-def vit_runner(
-    config: RunConfig,
-    run_dir: str | os.PathLike[str],
-    *,
-    progress: bool = False,
-    device: str | None = None,
-    resume: bool = False,
-) -> None:
-    """The ViT on the registry Trainer (on the engine), one intra-op thread on the CPU: the ViT
-    is tiny (5 tokens, d_model 32), and with two threads on a loaded 2-core machine a step was
-    measured at 180 ms against 10 ms on one."""
-    if device is not None:
-        config = config.model_copy(update={"device": device})
-    if config.device != "cpu":
-        run_training(config, Path(run_dir), progress=progress, resume=resume)
-        return
-    with one_intra_op_thread():
-        run_training(config, Path(run_dir), progress=progress, resume=resume)

@@ -6,11 +6,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dynascope.config import RunConfig, validate_config
 from dynascope.studies.base import RunSpec, Study
-from dynascope.studies.engine_runs import engine_runner
-from dynascope.train import Loop
+from dynascope.train import Loop, build_registry
 
 from .analysis import analyze
-from .runs import ToyRun, build_toy, vit_runner
+from .runs import ToyRun, build_toy
 
 __all__ = ["CLAIM", "SOURCE", "STUDY", "VIT_FAST_STEPS", "GradualRankPreset", "build_runs"]
 
@@ -117,7 +116,7 @@ def build_runs(preset: GradualRankPreset, seed: int = 0) -> list[RunSpec]:
         RunSpec(
             f"toy_s{k}",
             preset.toy.model_copy(update={"seed": preset.toy.seed + seed + k}),
-            engine_runner(build_toy),
+            build_toy,
         )
         for k in range(preset.toy_seeds)
     ]
@@ -125,7 +124,7 @@ def build_runs(preset: GradualRankPreset, seed: int = 0) -> list[RunSpec]:
     for k in range(preset.vit_seeds):
         name = f"vit_s{k}"
         cfg = validate_config(base, [f"name={name}", f"seed={preset.vit.seed + seed + k}"])
-        specs.append(RunSpec(name, cfg, vit_runner))
+        specs.append(RunSpec(name, cfg, build_registry))
     return specs
 
 

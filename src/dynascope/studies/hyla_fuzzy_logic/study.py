@@ -10,7 +10,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dynascope.nn.attention import AttentionKind
 from dynascope.studies.base import RunSpec, Study
-from dynascope.studies.engine_runs import engine_runner
 from dynascope.studies.hyla_fuzzy_logic.analysis import CONTROL_SEED_OFFSET, analyze
 from dynascope.studies.hyla_fuzzy_logic.protocol import PROTOCOL
 from dynascope.studies.hyla_fuzzy_logic.runs import FuzzyRunConfig, build_fuzzy
@@ -128,7 +127,7 @@ def paper() -> HylaFuzzyLogicPreset:
 def build_runs(preset: HylaFuzzyLogicPreset, seed: int = 0) -> list[RunSpec]:
     """``{attention}_s{i}`` per (attention, seed), one ensemble per attention kind; the linear
     twins ``linear_twin_s{i}`` (control) join the linear ensemble; sRAVEN runs if present."""
-    fuzzy = engine_runner(build_fuzzy)
+    fuzzy = build_fuzzy
 
     def spec(name: str, attention: str, run_seed: int, group: str) -> RunSpec:
         cfg = preset.base.model_copy(update={"attention": attention, "seed": run_seed})
@@ -141,7 +140,7 @@ def build_runs(preset: HylaFuzzyLogicPreset, seed: int = 0) -> list[RunSpec]:
             for s in preset.seeds
         ]
     if preset.sraven is not None:
-        sraven = engine_runner(build_sraven)
+        sraven = build_sraven
         specs += [
             RunSpec(
                 f"sraven_{a}_s{s}",

@@ -21,7 +21,6 @@ from torch import Tensor, nn
 from dynascope.nn.inner_loop import fit_codes
 from dynascope.nn.multitask_hypernet import MonolithicMLP, MultitaskHypernet
 from dynascope.probes.module_alignment import code_r2, fit_code_map, module_alignment
-from dynascope.studies.engine_runs import EngineRunConfig
 from dynascope.tasks.modular_teacher import (
     TASK_SETS,
     ModularTeacher,
@@ -29,7 +28,7 @@ from dynascope.tasks.modular_teacher import (
     masks_of,
     support_structure,
 )
-from dynascope.train import Parts, SeedStreams
+from dynascope.train import EngineRunConfig, Parts, SeedStreams
 
 __all__ = [
     "SPLIT_SET",

@@ -16,7 +16,6 @@ from dynascope.studies._hyperteacher_run import (
     hyperteacher_config,
 )
 from dynascope.studies.base import RunSpec, Study
-from dynascope.studies.engine_runs import engine_runner
 from dynascope.tasks.modular_teacher import TASK_SETS
 from dynascope.train import Loop, LRSchedule
 
@@ -129,7 +128,7 @@ def paper() -> ModularTeacherStudentPreset:
     with ``--seed 100``), 60k outer steps, 300 inner Adam steps × 3e-3 on fresh 256 inputs;
     an over-parameterisation sweep past ×8 hidden / ×2 code, weight decay {1e-4, 1e-3}, the
     monolithic baseline; the hyperteacher table (hnet_linear / anil / learned_init at (M, K)
-    in {(4,1), (4,2), (8,1), (8,2), (8,4), (8,8)}, 200k steps; its own runner)."""
+    in {(4,1), (4,2), (8,1), (8,2), (8,4), (8,8)}, 200k steps; its own build)."""
     others = [n for n in TASK_SETS if n not in (BLESSED_SET, DOOMED_SET)]
     sweep = [SweepPoint(hidden_factor=h, code_factor=c) for h in (1, 4, 8, 16) for c in (1, 2, 4)]
     sweep += [SweepPoint(hidden_factor=2, code_factor=2, weight_decay=w) for w in (1e-4, 1e-3)]
@@ -155,26 +154,25 @@ def build_runs(preset: ModularTeacherStudentPreset, seed: int = 0) -> list[RunSp
     def config(**update: object) -> TeacherStudentRun:
         return TeacherStudentRun.model_validate(preset.base.model_dump() | update)
 
-    runner = engine_runner(build_student)
     specs = []
     for i in range(preset.seeds):
         s = seed + i
         for name in (BLESSED_SET, DOOMED_SET, *preset.extra_task_sets):
             cfg = config(task_set=name, seed=s)
-            specs.append(RunSpec(f"{_tag(name)}_s{i}", cfg, runner, group="main"))
+            specs.append(RunSpec(f"{_tag(name)}_s{i}", cfg, build_student, group="main"))
         for p in preset.sweep:
             tag = f"h{p.hidden_factor:g}_c{p.code_factor:g}_wd{p.weight_decay:g}"
             cfg = config(task_set=BLESSED_SET, seed=s, **p.model_dump())
-            specs.append(RunSpec(f"sweep_{tag}_s{i}", cfg, runner, group=f"sweep_{tag}"))
+            specs.append(RunSpec(f"sweep_{tag}_s{i}", cfg, build_student, group=f"sweep_{tag}"))
         if preset.monolithic_baseline:
             cfg = config(task_set=BLESSED_SET, seed=s, student="monolithic")
-            specs.append(RunSpec(f"monolithic_{_tag(BLESSED_SET)}_s{i}", cfg, runner))
+            specs.append(RunSpec(f"monolithic_{_tag(BLESSED_SET)}_s{i}", cfg, build_student))
         if preset.hyperteacher:
             for learner in LEARNER_DEFAULTS:
                 for M, K in HYPER_GRID:
                     cfg = hyperteacher_config(learner, M, K, s)
                     name = f"hyper_{learner}_M{M}K{K}_s{i}"
-                    specs.append(RunSpec(name, cfg, engine_runner(build_hyperteacher)))
+                    specs.append(RunSpec(name, cfg, build_hyperteacher))
     return specs
 
 

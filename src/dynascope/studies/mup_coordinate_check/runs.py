@@ -17,9 +17,8 @@ from dynascope.monitor import EveryN
 from dynascope.nn.mlp import MLP
 from dynascope.nn.parametrization import parameter_groups
 from dynascope.probes.coordcheck import CoordProbe
-from dynascope.studies.engine_runs import EngineRunConfig
 from dynascope.tasks import Digits
-from dynascope.train import Parts, SeedStreams
+from dynascope.train import EngineRunConfig, Parts, SeedStreams
 
 __all__ = ["CoordRun", "build_coord", "build_lr_transfer", "digits", "forward"]
 

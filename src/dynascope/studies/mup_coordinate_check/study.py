@@ -11,7 +11,6 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynascope.studies.base import RunSpec, Study
-from dynascope.studies.engine_runs import engine_runner
 from dynascope.train import Loop
 
 from .analysis import analyze
@@ -149,15 +148,13 @@ def build_runs(preset: MupCoordCheckPreset, seed: int = 0) -> list[RunSpec]:
         for width in sweep.widths:
             group = f"{name}_w{width}"
             if sweep.kind == "lr_transfer":
-                runner = engine_runner(build_lr_transfer)
                 for i, lr in enumerate(sweep.lrs):
                     config = _member(sweep, width, seed, lr, sweep.train_steps)
-                    specs.append(RunSpec(f"{group}_lr{i}", config, runner, group=group))
+                    specs.append(RunSpec(f"{group}_lr{i}", config, build_lr_transfer, group=group))
                 continue
-            runner = engine_runner(build_coord)
             for i in range(sweep.nseeds):
                 config = _member(sweep, width, seed + i, sweep.lr, sweep.nsteps - 1)
-                specs.append(RunSpec(f"{group}_s{i}", config, runner, group=group))
+                specs.append(RunSpec(f"{group}_s{i}", config, build_coord, group=group))
     return specs
 
 

@@ -26,8 +26,7 @@ from torch.func import jacrev
 from dynascope.monitor import EveryN, LogSchedule
 from dynascope.nn.mlp import MLP
 from dynascope.probes.kernels import empirical_ntk, ntk_relative_change
-from dynascope.studies.engine_runs import EngineRunConfig
-from dynascope.train import Parts, SeedStreams, StepContext
+from dynascope.train import EngineRunConfig, Parts, SeedStreams, StepContext
 
 __all__ = ["LazyPair", "LazyRun", "LazyStep", "build_h", "build_lazy", "two_layer"]
 

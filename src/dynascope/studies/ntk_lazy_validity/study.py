@@ -7,7 +7,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynascope.studies.base import RunSpec, Study
-from dynascope.studies.engine_runs import engine_runner
 from dynascope.train import Loop
 
 from .analysis import analyze
@@ -71,7 +70,6 @@ def paper() -> NTKLazyValidityPreset:
 def build_runs(preset: NTKLazyValidityPreset, seed: int = 0) -> list[RunSpec]:
     """Per seed, one run per centering (all alphas batched, steps = T / eta); then the eta/2
     run (first centering, alpha = ``eta_check_alpha``, 2 T / eta steps) when asked."""
-    runner = engine_runner(build_lazy)
     base = preset.base
     steps = int(round(preset.horizon / base.lr))
     specs = []
@@ -79,7 +77,7 @@ def build_runs(preset: NTKLazyValidityPreset, seed: int = 0) -> list[RunSpec]:
         for centering in preset.centerings:
             cfg = base.model_copy(update={"seed": base.seed + seed + s, "loop": _loop(steps),
                                           "centering": centering})  # fmt: skip
-            specs.append(RunSpec(f"s{s}_{centering}", cfg, runner))
+            specs.append(RunSpec(f"s{s}_{centering}", cfg, build_lazy))
     if preset.eta_check_alpha is not None:
         update = {
             "seed": base.seed + seed,
@@ -88,7 +86,7 @@ def build_runs(preset: NTKLazyValidityPreset, seed: int = 0) -> list[RunSpec]:
             "alphas": [preset.eta_check_alpha],
             "centering": preset.centerings[0],
         }
-        specs.append(RunSpec("eta_half", base.model_copy(update=update), runner))
+        specs.append(RunSpec("eta_half", base.model_copy(update=update), build_lazy))
     return specs
 
 

@@ -30,8 +30,7 @@ from dynascope.probes.kernels import (
     model_function,
     ntk_relative_change,
 )
-from dynascope.studies.engine_runs import EngineRunConfig
-from dynascope.train import Parts, SeedStreams
+from dynascope.train import EngineRunConfig, Parts, SeedStreams
 
 __all__ = ["UniversalityRun", "UniversalityProbe", "build_model", "build_universality", "make_data"]
 

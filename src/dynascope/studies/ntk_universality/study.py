@@ -11,7 +11,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynascope.studies.base import RunSpec, Study
-from dynascope.studies.engine_runs import engine_runner
 from dynascope.train import Loop
 
 from .analysis import ARCHITECTURES, analyze
@@ -91,14 +90,13 @@ def build_runs(preset: NTKUniversalityPreset, seed: int = 0) -> list[RunSpec]:
     """
     setup = preset.base.model_dump(exclude={"steps", "dtype"})
     loop = Loop(steps=preset.base.steps, log_every=10, dtype=preset.base.dtype)
-    runner = engine_runner(build_universality)
     specs = []
     for arch in preset.architectures:
         for width in preset.widths:
             group = f"{arch}_n{width}"
             for i in range(preset.seeds):
                 config = UniversalityRun(arch=arch, width=width, seed=seed + i, loop=loop, **setup)
-                specs.append(RunSpec(f"{group}_s{i}", config, runner, group=group))
+                specs.append(RunSpec(f"{group}_s{i}", config, build_universality, group=group))
     return specs
 
 

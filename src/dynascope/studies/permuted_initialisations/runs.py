@@ -30,9 +30,8 @@ from dynascope.monitor import EveryN
 from dynascope.nn.cnn import SimpleCNN, parse_cnn_arch
 from dynascope.nn.permutation_nets import KaimingMLP
 from dynascope.probes import permutation as perm
-from dynascope.studies.engine_runs import EngineRunConfig
 from dynascope.tasks import Digits
-from dynascope.train import Parts, SeedStreams
+from dynascope.train import EngineRunConfig, Parts, SeedStreams
 
 __all__ = ["MatchingProbe", "NetGroup", "PermutedInitRun", "build_permuted_inits"]
 

@@ -45,9 +45,8 @@ from dynascope.probes import apply_permutation, loss_barrier, match_transformers
 from dynascope.probes.permutation import interpolate_parameters
 from dynascope.store import Run
 from dynascope.studies._run_values import last_or_nan
-from dynascope.studies.engine_runs import EngineRunConfig
 from dynascope.tasks.base import Task
-from dynascope.train import Parts, SeedStreams
+from dynascope.train import EngineRunConfig, Parts, SeedStreams
 
 from .runs import NetGroup
 

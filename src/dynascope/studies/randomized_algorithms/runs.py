@@ -43,11 +43,10 @@ from dynascope.probes.randomized import (
     sample_bits,
     success_percentile,
 )
-from dynascope.studies.engine_runs import EngineRunConfig
 from dynascope.tasks.cycle_colouring import CycleColouring, all_cycles
 from dynascope.tasks.grid_world import GridWorld
 from dynascope.tasks.seeded_recall import SeededRecall
-from dynascope.train import Parts, SeedStreams, StepContext
+from dynascope.train import EngineRunConfig, Parts, SeedStreams, StepContext
 
 __all__ = [
     "PGPEStep",

@@ -12,7 +12,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynascope.studies.base import RunSpec, Study
-from dynascope.studies.engine_runs import engine_runner
 from dynascope.train import Loop, LRSchedule
 
 from .analysis import MAIN_MODELS, analyze
@@ -87,9 +86,9 @@ def build_runs(preset: RandomizedAlgorithmsPreset, seed: int = 0) -> list[RunSpe
     base = preset.recall
     seeds = [seed + k for k in range(preset.replicates)]
     recall, colour, grid = (
-        engine_runner(build_recall),
-        engine_runner(build_colouring),
-        engine_runner(build_grid_world),
+        build_recall,
+        build_colouring,
+        build_grid_world,
     )
     specs: list[RunSpec] = []
     for model in preset.models:

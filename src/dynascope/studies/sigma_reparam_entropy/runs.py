@@ -3,19 +3,14 @@ step) and the ViT sweep on the registry Trainer (on the engine)."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 import torch
 from pydantic import Field
 from torch import Tensor, nn
 
-from dynascope.config import RunConfig
 from dynascope.nn.reparam import register_sigma_reparam
-from dynascope.studies.base import one_intra_op_thread
-from dynascope.studies.engine_runs import EngineRunConfig
-from dynascope.train import Parts, SeedStreams, StepContext, run_training
+from dynascope.train import EngineRunConfig, Parts, SeedStreams, StepContext
 
 __all__ = [
     "CONTROL_DIFF_KEY",
@@ -24,7 +19,6 @@ __all__ = [
     "ERROR_KEY",
     "UnitCheckRun",
     "build_units",
-    "vit_runner",
 ]
 
 DIFF_KEY = "unit.max_abs_diff"  # max |SN(x) − Linear(x)| (evaluation: step 0 and the end)
@@ -98,19 +92,3 @@ def build_units(config: UnitCheckRun, streams: SeedStreams) -> Parts:
             }
 
     return Parts(model=converted, data={}, step=_DriftStep(x, drift_std), evaluate=evaluate)
-
-
-def vit_runner(
-    config: RunConfig,
-    run_dir: str | os.PathLike[str],
-    *,
-    progress: bool = False,
-    device: str | None = None,
-    resume: bool = False,
-) -> None:
-    """Train on one intra-op thread: this ViT's matrices are too small for a second thread to
-    pay (CPU 435 s vs 201 s single-threaded for the 300-step sweep, 2026-12-01)."""
-    if device is not None:
-        config = config.model_copy(update={"device": device})
-    with one_intra_op_thread():
-        run_training(config, Path(run_dir), progress=progress, resume=resume)

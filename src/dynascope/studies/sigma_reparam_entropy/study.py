@@ -7,11 +7,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dynascope.config import RunConfig, validate_config
 from dynascope.studies.base import RunSpec, Study
-from dynascope.studies.engine_runs import engine_runner
-from dynascope.train import Loop
+from dynascope.train import Loop, build_registry
 
 from .analysis import METHODS, analyze
-from .runs import UnitCheckRun, build_units, vit_runner
+from .runs import UnitCheckRun, build_units
 
 __all__ = ["CLAIM", "FAST_STEPS", "SOURCE", "STUDY", "SigmaReparamEntropyPreset", "build_runs"]
 
@@ -124,7 +123,7 @@ def build_runs(preset: SigmaReparamEntropyPreset, seed: int = 0) -> list[RunSpec
     specs = []
     for k in range(preset.seeds):
         units = preset.units.model_copy(update={"seed": preset.units.seed + seed + k})
-        specs.append(RunSpec(f"u_unit_checks_s{k}", units, engine_runner(build_units)))
+        specs.append(RunSpec(f"u_unit_checks_s{k}", units, build_units))
     base = preset.base.model_dump(mode="json")
     control_lr = min(preset.lrs)
     for lr in preset.lrs:
@@ -139,7 +138,7 @@ def build_runs(preset: SigmaReparamEntropyPreset, seed: int = 0) -> list[RunSpec
                     overrides += ["model.sigma_reparam=true", "model.use_ln=false"]
                 else:
                     overrides.append(f"model.use_ln={str(preset.baseline_ln).lower()}")
-                specs.append(RunSpec(name, validate_config(base, overrides), vit_runner))
+                specs.append(RunSpec(name, validate_config(base, overrides), build_registry))
     return specs
 
 

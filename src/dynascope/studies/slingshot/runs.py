@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Literal
 
 import torch
@@ -11,14 +9,11 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor, nn
 
-from dynascope.config import RunConfig
 from dynascope.nn.fcn import FCN
-from dynascope.studies.base import one_intra_op_thread
-from dynascope.studies.engine_runs import EngineRunConfig
 from dynascope.tasks.digits import N_DIGITS, Digits
-from dynascope.train import Parts, SeedStreams, run_training
+from dynascope.train import EngineRunConfig, Parts, SeedStreams
 
-__all__ = ["FcnRun", "build", "grokking_runner"]
+__all__ = ["FcnRun", "build"]
 
 NORM_KEY = "train.last_layer_norm"  # ||W_U||_F, logged by the loss as a step metric
 
@@ -66,18 +61,3 @@ def build(config: FcnRun, streams: SeedStreams) -> Parts:
         }
 
     return Parts(model=model, data=train, loss=_loss, optimizer=optimizer, evaluate=evaluate)
-
-
-def grokking_runner(
-    config: RunConfig,
-    run_dir: str | os.PathLike[str],
-    *,
-    progress: bool = False,
-    device: str | None = None,
-    resume: bool = False,
-) -> None:
-    """S13's grokking run (``paper`` only) on the registry Trainer, one intra-op thread."""
-    if device is not None:
-        config = config.model_copy(update={"device": device})
-    with one_intra_op_thread():
-        run_training(config, Path(run_dir), progress=progress, resume=resume)

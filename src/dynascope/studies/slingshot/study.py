@@ -8,12 +8,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dynascope.config import RunConfig, validate_config
 from dynascope.studies.base import RunSpec, Study
-from dynascope.studies.engine_runs import engine_runner
 from dynascope.tasks.modular_arithmetic import equations
-from dynascope.train import Loop
+from dynascope.train import Loop, build_registry
 
 from .analysis import analyze
-from .runs import FcnRun, build, grokking_runner
+from .runs import FcnRun, build
 
 __all__ = ["CLAIM", "FAST_STEPS", "GROK_STEPS", "SOURCE", "STUDY", "SlingshotPreset", "build_runs"]
 
@@ -159,7 +158,6 @@ def build_runs(preset: SlingshotPreset, seed: int = 0) -> list[RunSpec]:
     conditions.append(("sgd", preset.sgd_lr, "float32"))
     if preset.float64:
         conditions.append(("adam", preset.adam_eps, "float64"))
-    runner = engine_runner(build)
     specs = []
     for optimizer, value, dtype in conditions:
         loop = preset.loop.model_copy(update={"dtype": dtype})
@@ -173,16 +171,14 @@ def build_runs(preset: SlingshotPreset, seed: int = 0) -> list[RunSpec]:
                 optimizer=optimizer,
                 **({"eps": value} if optimizer == "adam" else {"lr": value}),
             )
-            specs.append(
-                RunSpec(_condition_name(optimizer, value, k, dtype), config, runner, group)
-            )
+            specs.append(RunSpec(_condition_name(optimizer, value, k, dtype), config, build, group))
     if preset.grokking is not None:
         for k in range(preset.seeds):
             name = f"grok_adam_s{k}"
             grok = validate_config(
                 preset.grokking.model_dump(mode="json"), [f"name={name}", f"seed={seed + k}"]
             )
-            specs.append(RunSpec(name, grok, grokking_runner))
+            specs.append(RunSpec(name, grok, build_registry))
     return specs
 
 

@@ -201,7 +201,7 @@ def _recall(runs: dict[str, Run], figures: Path):
     base = arms.pop("b_recall_wd0")
     control = arms.pop("b_recall_control")
     ((decayed_name, decayed),) = arms.items()
-    lam = next(iter(decayed.values())).config["run"]["optimizer"]["weight_decay"]["attention"]
+    lam = next(iter(decayed.values())).config["optimizer"]["weight_decay"]["attention"]
     labels = {"b_recall_wd0": "λ_attn = 0", decayed_name: f"λ_attn = {lam:g}",
               "b_recall_control": f"control: λ_attn = 0,\nλ_other = {lam:g}"}  # fmt: skip
     columns = {"qk.rank_1e-2": "qk.mean.rank_1e-2", "ov.rank_1e-2": "ov.mean.rank_1e-2",

@@ -1,12 +1,11 @@
-"""weight-decay-low-rank runs on the engine.
+r"""weight-decay-low-rank runs on the engine.
 
 - (a) the 5×5 toy: :class:`ToyRun`, :func:`build_toy`. Every λ of the grid is one slice of a
   batched pair of factors ``A, B: [n_lambda, 5, 5]`` trained by full-batch GD in float64 (a
   custom step, :class:`ToyGDStep`); one run per seed (its initial A, B).
-- (b), (c) the recall and LM transformers: :class:`RegistryRun`, :func:`build_registry`: a
-  registry :class:`~dynascope.config.RunConfig`'s model, task, optimizer and probes built for
-  the engine, so the seeds of one condition train as one ensemble (the registry
-  :class:`~dynascope.train.Trainer` trains one run).
+- (b), (c) the recall and LM transformers: registry :class:`~dynascope.config.RunConfig`\ s
+  trained by :func:`dynascope.train.build_registry`; the seeds of one condition train as one
+  ensemble.
 """
 
 from __future__ import annotations
@@ -15,15 +14,12 @@ import torch
 from pydantic import Field
 from torch import Tensor, nn
 
-from dynascope.config import ConfigError, RunConfig, build_model, build_optimizer, build_task
-from dynascope.monitor import EveryN, LogSchedule
-from dynascope.probes import make_probe
+from dynascope.monitor import EveryN
 from dynascope.probes.spectral import balancedness, factor_singular_values, l2_nuclear_gap, l2_term
-from dynascope.studies.engine_runs import EngineRunConfig
 from dynascope.tasks import MatrixFactorization
-from dynascope.train import Parts, SeedStreams, StepContext
+from dynascope.train import EngineRunConfig, Parts, SeedStreams, StepContext
 
-__all__ = ["RegistryRun", "ToyGDStep", "ToyRun", "build_registry", "build_toy"]
+__all__ = ["ToyGDStep", "ToyRun", "build_toy"]
 
 
 class ToyRun(EngineRunConfig):
@@ -95,49 +91,3 @@ def build_toy(config: ToyRun, streams: SeedStreams) -> Parts:
     if config.fine_lambdas:
         probes.append((fine_grid, EveryN(config.loop.steps)))
     return Parts(model=model, data={}, step=ToyGDStep(task, every, config.lr, n), probes=probes)
-
-
-class RegistryRun(EngineRunConfig):
-    """A registry run config (model, task, optimizer, batch size, eval batches, probes) on the
-    engine; ``seed`` and ``loop`` (:func:`dynascope.train.trainer.loop_of`) are the engine's,
-    ``run.seed`` and ``run.train`` steps are ignored."""
-
-    run: RunConfig
-
-
-def build_registry(config: RegistryRun, streams: SeedStreams) -> Parts:
-    """Model, task, AdamW groups and probes as the registry Trainer builds them: training
-    batches from stream ``data``, ``val.*`` over ``eval_batches`` fixed batches from stream
-    ``val`` (the first is the probe batch), probes on a log schedule.
-
-    Raises:
-        dynascope.config.ConfigError: ``optimizer.mode`` is ``l2`` (explicit penalty: use the
-            registry Trainer).
-    """
-    run = config.run
-    if run.optimizer.mode == "l2":
-        raise ConfigError("optimizer.mode: 'l2' is not supported here (allowed: 'decoupled')")
-    task = build_task(run.task)
-    model = build_model(run.model, task)
-    size, val = run.train.batch_size, streams.generator("val")
-    val_batches = [task.batch("val", size, val) for _ in range(run.train.eval_batches)]
-
-    def evaluate(m: nn.Module) -> dict[str, float]:
-        sums: dict[str, float] = {}
-        for batch in val_batches:
-            batch = {k: v.to(next(m.parameters()).device) for k, v in batch.items()}
-            out = m(batch["x"])
-            for key, value in {"loss": task.loss(out, batch), **task.metrics(out, batch)}.items():
-                sums[key] = sums.get(key, 0.0) + float(value.double())
-        return {f"val.{k}": v / len(val_batches) for k, v in sums.items()}
-
-    return Parts(
-        model=model,
-        data=lambda g: task.batch("train", size, g),
-        loss=lambda m, batch: task.loss(m(batch["x"]), batch),
-        optimizer=lambda m: build_optimizer(run.optimizer, m)[0],
-        evaluate=evaluate,
-        probes=[make_probe(name) for name in run.monitor.probes],
-        probe_schedule=LogSchedule(config.loop.steps, run.monitor.points),
-        probe_batch=val_batches[0],
-    )

@@ -9,15 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dynascope.config import RunConfig, validate_config
 from dynascope.studies.base import RunSpec, Study
-from dynascope.studies.engine_runs import engine_runner
-from dynascope.train import Loop
-from dynascope.train.trainer import loop_of
+from dynascope.train import Loop, build_registry
 
 from .analysis import analyze
-from .runs import RegistryRun, ToyRun, build_registry, build_toy
-
-_REGISTRY_RUNNER = engine_runner(build_registry)  # one object: an ensemble shares its runner
-_TOY_RUNNER = engine_runner(build_toy)
+from .runs import ToyRun, build_toy
 
 __all__ = ["CLAIM", "STUDY", "WeightDecayLowRankPreset", "build_runs"]
 
@@ -134,11 +129,9 @@ def paper() -> WeightDecayLowRankPreset:
 
 def _arm(base: RunConfig, name: str, overrides: list[str], seeds: list[int]) -> list[RunSpec]:
     """One ensemble of ``seeds`` runs of ``base`` with ``overrides`` (group ``name``)."""
-    config = validate_config(base.model_dump(mode="json"), [f"name={name}", *overrides])
-    loop = loop_of(config)
     return [
-        RunSpec(f"{name}_s{k}", RegistryRun(seed=s, loop=loop, run=config),
-                _REGISTRY_RUNNER, group=name)
+        RunSpec(f"{name}_s{k}", validate_config(base.model_dump(mode="json"),
+                [f"name={name}", f"seed={s}", *overrides]), build_registry, group=name)
         for k, s in enumerate(seeds)
     ]  # fmt: skip
 
@@ -149,7 +142,7 @@ def build_runs(preset: WeightDecayLowRankPreset, seed: int = 0) -> list[RunSpec]
     Seeds ``seed + k``, k < ``preset.seeds``; one ensemble per arm."""
     seeds = [seed + k for k in range(preset.seeds)]
     toy = [
-        RunSpec(f"a_toy_s{k}", preset.toy.model_copy(update={"seed": s}), _TOY_RUNNER)
+        RunSpec(f"a_toy_s{k}", preset.toy.model_copy(update={"seed": s}), build_toy)
         for k, s in enumerate(seeds)
     ]
     lam = preset.recall_lambda

@@ -6,9 +6,11 @@ Oracle: the same runs trained without groups (lone runs), compared row by row (f
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from torch import nn
@@ -17,8 +19,7 @@ from typer.testing import CliRunner
 from dynascope.cli import app
 from dynascope.store import load_run
 from dynascope.studies.base import Analysis, RunSpec, Study
-from dynascope.studies.engine_runs import RUNNER_FILE, EngineRunConfig, engine_runner, resume_run
-from dynascope.train import Loop, Parts
+from dynascope.train import RUNNER_FILE, EngineRunConfig, Loop, Parts, resume_run
 
 CRASH = {"at": None}
 
@@ -55,7 +56,7 @@ def _study(grouped: bool) -> Study:
             RunSpec(
                 f"toy_lr{lr}_s{s}",
                 ToyRun(seed=seed + s, loop=loop, lr=lr),
-                engine_runner(build_toy),
+                build_toy,
                 group=f"lr{lr}" if grouped else None,
             )
             for lr in (0.05, 0.1)
@@ -127,4 +128,25 @@ def test_cli_resume_of_a_study_run_and_a_broken_runner_file(tmp_path):
     (member / RUNNER_FILE).write_text('{"build": "nowhere:build", "config": "nowhere:Config"}')
     result = CliRunner().invoke(app, ["resume", str(member), "--no-progress"])
     assert result.exit_code == 2
-    assert "cannot be resumed (ModuleNotFoundError" in result.output
+    assert "names no importable build and config class (ModuleNotFoundError" in result.output
+
+
+def test_dynascope_run_of_a_study_runs_config_gives_its_metrics_bitwise(tmp_path):
+    # one kind of run directory: a study's run (its own build, or the registry build) trains
+    # again from its config.yaml alone, row for row
+    from dynascope import studies
+
+    studies.get("gradual-rank").run(preset="smoke", out=tmp_path / "study")
+    runs = sorted((tmp_path / "study" / "runs").iterdir())
+    builds = {json.loads((r / RUNNER_FILE).read_text())["build"] for r in runs}
+    assert builds == {
+        "dynascope.studies.gradual_rank.runs:build_toy",
+        "dynascope.train.registry:build_registry",
+    }
+    for run_dir in runs:
+        again = tmp_path / "again" / run_dir.name
+        args = ["run", str(run_dir / "config.yaml"), "--out", str(again), "--no-progress"]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        pd.testing.assert_frame_equal(_rows(again), _rows(run_dir), check_exact=True)
+        assert (again / "config.yaml").read_text() == (run_dir / "config.yaml").read_text()
