@@ -1,18 +1,18 @@
 """Claims of ``compositional-icl-bottleneck`` under the verdict contract.
 
-Thresholds are SYSTEMS.md S3's proposals, frozen before the first fast run; ``ID_FIT`` is
-issue 19's precondition (both models fit the training combinations), fixed before any run of
-this version. Per seed i (runs ``{model}_{support}_s{i}``):
+Thresholds, statistics, bars and controls: :mod:`~dynascope.studies.
+compositional_icl_bottleneck.protocol`. Per run seed (runs ``{model}_{support}_s{i}``; the
+ablation arm ``{model}_unstructured_s{i}``, trained on the unstructured split):
 
-- 1: R²_OOD(hyper) − R²_OOD(vanilla) >= 0.2 on Connected+. Control: the same gap on the ID
-  split (a fitting advantage, not a generalization one, must not pass).
-- 1b: min over the two models of the best-layer ridge R² of z (query token, OOD) >= 0.5.
-  Control: the same probe on the untrained models (step 0).
-- 2: R²_OOD(hyper, Connected) − R²_OOD(hyper, Disconnected) >= 0.2. Control: the same gap
-  of the vanilla model. Judged only where the preset has both supports (``paper``).
+- 1: R²_OOD(hyper) − R²_OOD(vanilla) on Connected+. Control: the same gap of the two
+  unstructured models.
+- 1b: min over the two models of the best-layer ridge R² of z (query token, OOD). Control:
+  the same probe and minimum on the unstructured models.
+- 2: R²_OOD(hyper, Connected) − R²_OOD(hyper, Disconnected). Control: the same gap of the
+  vanilla model. Judged only where the preset has both supports (``paper``).
 
-Precondition of every claim: its runs finished and every model in it reaches a seed-mean ID
-R² >= ``ID_FIT`` on each support it uses.
+Precondition of every claim: every run the claim and its control read finished with ID R²
+(its own training distribution) >= ``protocol.ID_FIT``, per run.
 """
 
 from __future__ import annotations
@@ -20,20 +20,14 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import numpy as np
-
 from dynascope.store import Run
 from dynascope.studies._run_values import last_or_nan
 from dynascope.studies.base import Analysis
 from dynascope.studies.compositional_icl_bottleneck.figures import figures as make_figures
-from dynascope.studies.verdict import Control, Precondition, judge
+from dynascope.studies.compositional_icl_bottleneck.protocol import ID_FIT, PROTOCOL
+from dynascope.studies.verdict import Precondition
 
-__all__ = ["C1B_PROBE", "C1_OOD_GAP", "C2_HYPER_GAP", "ID_FIT", "analyze"]
-
-C1_OOD_GAP = 0.2
-C1B_PROBE = 0.5
-C2_HYPER_GAP = 0.2
-ID_FIT = 0.9
+__all__ = ["analyze"]
 
 
 def _first_or_nan(run: Run, key: str) -> float:
@@ -66,77 +60,83 @@ def _row(name: str, run: Run) -> dict:
 def analyze(runs: dict[str, Run], figures: Path) -> Analysis:
     """Claims 1, 1b and (where run) 2; tables; one figure."""
     rows = [_row(n, r) for n, r in sorted(runs.items())]
-    structured = [r for r in rows if r["train_split"] == "train"]
-    index = sorted({r["index"] for r in structured})
+    nan = float("nan")
 
-    def val(key: str, model: str, support: str) -> dict[int, float]:
-        got = {
-            r["index"]: r[key] for r in structured if (r["model"], r["support"]) == (model, support)
-        }
-        return {i: got.get(i, float("nan")) for i in index}
+    def arm(model: str, tag: str) -> dict[int, dict]:
+        """Replicate index -> row of ``{model}_{tag}_s{i}`` (tag: a support or unstructured)."""
+        return {
+            r["index"]: r
+            for r in rows
+            if r["model"] == model
+            and (r["train_split"] == "unstructured" if tag == "unstructured" else
+                 r["train_split"] == "train" and r["support"] == tag)
+        }  # fmt: skip
+
+    index = sorted({r["index"] for r in rows if r["train_split"] == "train"})
+
+    def val(key: str, model: str, tag: str) -> dict[int, float]:
+        got = arm(model, tag)
+        return {i: got[i][key] if i in got else nan for i in index}
+
+    def by_seed(values: dict[int, float], model: str, tag: str) -> dict[int, float]:
+        """Replicate index -> run seed of ``model``'s run on ``tag`` (the index if missing)."""
+        got = arm(model, tag)
+        return {int(got[i]["seed"]) if i in got else i: v for i, v in values.items()}
 
     def diff(a: dict[int, float], b: dict[int, float]) -> dict[int, float]:
         return {i: a[i] - b[i] for i in index}
 
-    def fit(pairs: list[tuple[str, str]]) -> Precondition:
-        sel = [r for r in structured if (r["model"], r["support"]) in pairs]
-        means = [float(np.mean([r["id.r2"] for r in sel if (r["model"], r["support"]) == p]))
-                 for p in pairs if any((r["model"], r["support"]) == p for r in sel)]  # fmt: skip
-        low = min(means, default=float("nan"))
-        done = bool(sel) and all(r["status"] == "finished" for r in sel)
-        names = ", ".join(f"{m}/{s}" for m, s in pairs)
+    def fit(arms: list[tuple[str, str]]) -> Precondition:
+        """Every run of ``arms`` (one per replicate) finished with ID R² >= ID_FIT."""
+        values = []
+        for model, tag in arms:
+            got = arm(model, tag)
+            values += [
+                got[i]["id.r2"] if i in got and got[i]["status"] == "finished" else nan
+                for i in index
+            ]
+        low = min(values) if values and all(math.isfinite(v) for v in values) else nan
+        names = ", ".join(f"{m}/{t}" for m, t in arms)
         return Precondition(
-            f"runs finished and seed-mean ID R² >= {ID_FIT} for {names}",
-            met=done and len(means) == len(pairs) and low >= ID_FIT,
+            f"every run of {names} finished with ID R² (own training distribution) >= "
+            f"{ID_FIT}, per run (measured: the worst run; NaN: a run unfinished or missing)",
+            met=bool(index) and bool(low >= ID_FIT),
             measured=low,
         )
 
-    cp = "connected+"
-    c1 = [("hyper", cp), ("vanilla", cp)]
-    v1 = judge(
-        claim="1: on Connected+ the hypernetwork transformer beats the vanilla one OOD",
-        metric="per seed, R²_OOD(hyper) − R²_OOD(vanilla), Connected+",
-        per_seed=diff(val("ood.r2", "hyper", cp), val("ood.r2", "vanilla", cp)),
-        threshold=C1_OOD_GAP,
-        direction=">=",
+    cp, un = "connected+", "unstructured"
+    c1 = [("hyper", cp), ("vanilla", cp), ("hyper", un), ("vanilla", un)]
+    v1 = PROTOCOL.claim("1").judge(
+        by_seed(diff(val("ood.r2", "hyper", cp), val("ood.r2", "vanilla", cp)), "hyper", cp),
         precondition=fit(c1),
-        control=Control(
-            "the same gap on the ID split: R²_ID(hyper) − R²_ID(vanilla)",
-            per_seed=diff(val("id.r2", "hyper", cp), val("id.r2", "vanilla", cp)),
+        control=by_seed(
+            diff(val("ood.r2", "hyper", un), val("ood.r2", "vanilla", un)), "hyper", un
         ),
     )
-    key, key0 = "probe.ood.r2_best_layer", "probe.ood.r2_best_layer_init"
-    low = lambda k: {  # noqa: E731
-        i: min(val(k, "hyper", cp)[i], val(k, "vanilla", cp)[i]) for i in index
+    key = "probe.ood.r2_best_layer"
+    low = lambda tag: {  # noqa: E731
+        i: min(val(key, "hyper", tag)[i], val(key, "vanilla", tag)[i]) for i in index
     }
-    v1b = judge(
-        claim="1b: z is linearly decodable on OOD tasks from both models' residual streams",
-        metric="per seed, min over models of the best-layer ridge R² (z from the query), OOD",
-        per_seed=low(key),
-        threshold=C1B_PROBE,
-        direction=">=",
+    v1b = PROTOCOL.claim("1b").judge(
+        by_seed(low(cp), "hyper", cp),
         precondition=fit(c1),
-        control=Control("the same probe on the untrained models (step 0)", per_seed=low(key0)),
+        control=by_seed(low(un), "hyper", un),
     )
     verdicts = [v1, v1b]
     tables: dict[str, list[dict]] = {"per run": rows}
-    supports = {r["support"] for r in structured}
-    claim2 = "2: disconnected support hurts the hypernetwork transformer OOD, not the vanilla one"
+    supports = {r["support"] for r in rows if r["train_split"] == "train"}
+    claim2 = "2: " + PROTOCOL.claim("2").claim
     if {"connected", "disconnected"} <= supports:
         gap = lambda m: diff(  # noqa: E731
             val("ood.r2", m, "connected"), val("ood.r2", m, "disconnected")
         )
         verdicts.append(
-            judge(
-                claim=claim2,
-                metric="per seed, R²_OOD(hyper, Connected) − R²_OOD(hyper, Disconnected)",
-                per_seed=gap("hyper"),
-                threshold=C2_HYPER_GAP,
-                direction=">=",
+            PROTOCOL.claim("2").judge(
+                by_seed(gap("hyper"), "hyper", "connected"),
                 precondition=fit(
                     [(m, s) for m in ("hyper", "vanilla") for s in ("connected", "disconnected")]
                 ),
-                control=Control("the same gap of the vanilla model", per_seed=gap("vanilla")),
+                control=by_seed(gap("vanilla"), "vanilla", "connected"),
             )
         )
     else:

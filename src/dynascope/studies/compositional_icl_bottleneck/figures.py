@@ -17,10 +17,10 @@ R2_FLOOR = -0.5  # the R² axes' lower limit (an untrained model sits far below 
 def figures(runs: dict[str, Run], rows: list[dict], out: Path) -> list[Path]:
     """``ood_r2_and_probe.png`` under ``out``."""
     fig, (ax1, ax2) = new_figure(2, title="Compositional in-context regression (M = 6 modules)")
-    colours: dict[str, str] = {}  # one colour per model kind (the run name's prefix)
+    colours: dict[str, str] = {}  # one colour per model kind and training split
     labelled: set[str] = set()  # one legend entry per (kind, split), one line per seed
     for name, run in sorted(runs.items()):
-        kind = name.split("_")[0]
+        kind = name.split("_")[0] + (" unstructured" if "_unstructured_" in name else "")
         colour = colours.setdefault(kind, f"C{len(colours)}")
         for split, style in (("id", "-"), ("ood", "--")):
             s = run.scalar(f"{split}.r2")

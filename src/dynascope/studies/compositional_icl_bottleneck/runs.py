@@ -2,8 +2,10 @@
 
 One run trains the vanilla or the hypernetwork transformer on one support of the hyperteacher
 (:class:`~dynascope.tasks.hyper_teacher.HyperTeacher`), MSE on the query; evaluation logs
-``{id,ood}.r2``; a probe at step 0 and the last step logs the ridge R² of z from the query
-token after each layer, ``probe.ood.L{i}.r2`` (notes: the study's docs page).
+``{id,ood}.r2`` (``id``: the run's own training distribution; ``ood``: the teacher's unseen
+combinations, for unstructured runs too, the ablation control); a probe at step 0 and the last
+step logs the ridge R² of z from the query token after each layer, ``probe.ood.L{i}.r2``
+(notes: the study's docs page).
 """
 
 from __future__ import annotations
@@ -96,11 +98,11 @@ def build_compositional(config: CompositionalRunConfig, streams: SeedStreams) ->
     model, kind = _model(config), config.model
     gen = streams.generator("eval")
     evals = {"id": teacher.sample(config.train_split, config.eval_sequences, gen)}
-    probes = []
-    if config.train_split == "train":
-        evals["ood"] = teacher.sample("ood", config.eval_sequences, gen)
-        probe = lambda m, ctx: _probe(m, config, _on(evals, m))  # noqa: E731
-        probes.append((probe, EveryN(config.loop.steps)))
+    evals["ood"] = teacher.sample("ood", config.eval_sequences, gen)
+    if config.train_split == "unstructured":  # the ablation: probe fit on the teacher's tasks
+        evals["fit"] = teacher.sample("train", config.eval_sequences, gen)
+    probe = lambda m, ctx: _probe(m, config, _on(evals, m))  # noqa: E731
+    probes = [(probe, EveryN(config.loop.steps))]
 
     def loss(m: torch.nn.Module, batch: dict) -> torch.Tensor:
         return (_predict(m, kind, batch) - batch["y_query"]).square().mean()
@@ -128,9 +130,15 @@ def _on(evals: dict, model: torch.nn.Module) -> dict:
 
 @torch.no_grad()
 def _probe(model, config: CompositionalRunConfig, evals: dict) -> dict[str, torch.Tensor]:
-    """Ridge (alpha 1) from the query token's residual after each layer to z; OOD R²."""
+    """Ridge (alpha 1) from the query token's residual after each layer to z; OOD R².
+
+    The ridge is fit on the teacher's training combinations: the ``id`` set of a structured
+    run, the ``fit`` set (the same teacher's ``train`` split) of an unstructured one, whose
+    ``id`` set has fresh modules per sequence and so no shared meaning of z.
+    """
     prefix = "" if config.model == "vanilla" else "encoder."
     names = [f"{prefix}blocks.{i}.hook_resid_post" for i in range(config.n_layers)]
+    evals = {"id": evals.get("fit", evals["id"]), "ood": evals["ood"]}
     feats = {}
     for split in ("id", "ood"):
         with capture(model, names) as cache:
