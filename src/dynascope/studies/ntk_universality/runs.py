@@ -9,6 +9,11 @@ Glossary:
     Theta_0: the net's empirical NTK on the training inputs at init ``[N, N]``; Theta_ring: the
              analytic infinite-width NTK (MLP only).
     kGD:     kernel gradient descent ``f <- f - (eta / N) Theta (f - y)`` from the net's f_0.
+    muP:     the ablation arm (``parametrization="mup"``): the same NTK net with its output
+             multiplied by ``n^-1/2`` and GD's step by ``n``. By the abc-parametrization shift
+             of Yang & Hu (2021, arXiv 2011.14522, Sec. 3 and Table 3) this is muP for SGD:
+             the same kernel-GD speed at init, ``(eta n / N) Theta_muP = (eta / N) Theta_NTK``,
+             but features move by Theta(1) at every width, so the kernel regime is removed.
 """
 
 from __future__ import annotations
@@ -32,7 +37,14 @@ from dynascope.probes.kernels import (
 )
 from dynascope.train import EngineRunConfig, Parts, SeedStreams
 
-__all__ = ["UniversalityRun", "UniversalityProbe", "build_model", "build_universality", "make_data"]
+__all__ = [
+    "UniversalityProbe",
+    "UniversalityRun",
+    "build_model",
+    "build_universality",
+    "gd_lr",
+    "make_data",
+]
 
 
 class UniversalityRun(EngineRunConfig):
@@ -47,7 +59,10 @@ class UniversalityRun(EngineRunConfig):
     mlp_depth: int = Field(2, ge=1, description="hidden ReLU layers of the MLP")
     rnn_activation: Literal["tanh", "relu"] = "tanh"
     logit_scale: Literal["1/n", "1/sqrt(n)"] = "1/n"
-    lr: float = Field(0.5, gt=0, description="full-batch GD step")
+    lr: float = Field(0.5, gt=0, description="full-batch GD step (NTK; muP takes lr * width)")
+    parametrization: Literal["ntk", "mup"] = Field(
+        "ntk", description="ntk: the claim's nets; mup: the ablation (output n^-1/2, step x n)"
+    )
     kernel_steps: list[int] = Field(default_factory=lambda: [0, 1, 3, 10, 30, 100, 200])
 
 
@@ -66,14 +81,35 @@ def make_data(config: UniversalityRun, generator: torch.Generator) -> tuple[Tens
     return x, y
 
 
+class _ScaledOutput(nn.Module):
+    """``scale * net(x)``: the muP arm's output multiplier on an NTK net."""
+
+    def __init__(self, net: nn.Module, scale: float) -> None:
+        super().__init__()
+        self.net, self.scale = net, scale
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.scale * self.net(x)
+
+
+def gd_lr(config: UniversalityRun) -> float:
+    """GD's step: ``lr`` (NTK) or ``lr * width`` (muP, the glossary's shift)."""
+    return config.lr * (config.width if config.parametrization == "mup" else 1)
+
+
 def build_model(config: UniversalityRun, generator: torch.Generator | None = None) -> nn.Module:
-    """The NTK-parametrized net of ``config.arch`` at ``config.width`` (float64 weights)."""
+    """The NTK-parametrized net of ``config.arch`` at ``config.width`` (float64 weights); for
+    ``parametrization="mup"`` the same net (same draw) with its output times ``width^-1/2``."""
     kw: dict[str, Any] = {"parametrization": "ntk", "generator": generator, "dtype": torch.float64}
     if config.arch == "mlp":
-        return MLP(config.d_in, config.width, 1, depth=config.mlp_depth, activation="relu", **kw)
-    if config.arch == "rnn":
-        return ElmanRNN(config.d_in, config.width, 1, activation=config.rnn_activation, **kw)
-    return KernelAttentionNet(config.d_in, config.width, 1, logit_scale=config.logit_scale, **kw)
+        net = MLP(config.d_in, config.width, 1, depth=config.mlp_depth, activation="relu", **kw)
+    elif config.arch == "rnn":
+        net = ElmanRNN(config.d_in, config.width, 1, activation=config.rnn_activation, **kw)
+    else:
+        net = KernelAttentionNet(config.d_in, config.width, 1, logit_scale=config.logit_scale, **kw)
+    if config.parametrization == "mup":
+        return _ScaledOutput(net, config.width**-0.5)
+    return net
 
 
 class UniversalityProbe:
@@ -81,9 +117,10 @@ class UniversalityProbe:
 
     Every step: ``f`` ``[N]``. At ``kernel_steps``: ``ntk.relative_change`` (``||Theta_t -
     Theta_0||_F / ||Theta_0||_F``) and ``ntk.trace``; at step 0 also ``lr_lambda_max_over_N``
-    (``(eta / N) lambda_max(Theta_0)``; kernel GD is stable below 2). At ``last``:
+    (``(eta / N) lambda_max(Theta_0)``; kernel GD is stable below 2). At step 0 and ``last``:
+    ``fit.mse`` (``mean (f - y)^2``). At ``last``:
     ``kgd.deviation`` (``sup_t ||f_t - f_t^kGD||_2``, the kernel-GD twin with the net's own
-    Theta_0 from its f_0), ``kgd.gap`` ``[last + 1]`` per step, and for the MLP
+    Theta_0 from its f_0), ``kgd.gap`` ``[last + 1]`` per step, and for the NTK MLP
     ``kgd_analytic.deviation`` (Theta_ring twin) and ``ntk.init_deviation`` (``||Theta_0 -
     Theta_ring||_F / ||Theta_ring||_F``). Its state (Theta_0, the trajectory) is checkpointed.
 
@@ -101,13 +138,15 @@ class UniversalityProbe:
         return empirical_ntk(fn, params, x, mode="trace", chunk_size=self.config.n_train)
 
     def __call__(self, model: nn.Module, ctx: Any) -> dict[str, Tensor | float]:
-        step, eta, N = ctx.step, self.config.lr, self.config.n_train
+        step, eta, N = ctx.step, gd_lr(self.config), self.config.n_train
         x = self.x.to(next(model.parameters()))
         with torch.no_grad():
             f = model(x)[:, 0].detach()
         del self.trajectory[step:]  # a resumed run re-probes from its checkpoint
         self.trajectory.append(f.double().cpu())
         out: dict[str, Tensor | float] = {"f": f.cpu()}
+        if step == 0 or step == self.last:  # the fit precondition: MSE at init and at the end
+            out["fit.mse"] = float((f.double().cpu() - self.y.double()).square().mean())
         if step in self.config.kernel_steps or step == 0:
             K = self._kernel(model, x).double()
             if step == 0:
@@ -122,10 +161,12 @@ class UniversalityProbe:
     def _twins(self, traj: Tensor) -> dict[str, Tensor | float]:
         """Kernel-GD twins from the net's f_0: deviations from the net's trajectory."""
         y, steps = self.y.double(), len(traj) - 1
-        twin, _ = kernel_gd_predictions(None, self.K0, y, self.config.lr, steps, f0_train=traj[0])
+        twin, _ = kernel_gd_predictions(
+            None, self.K0, y, gd_lr(self.config), steps, f0_train=traj[0]
+        )
         gaps = torch.linalg.vector_norm(traj - twin[..., 0], dim=-1)  # [steps + 1]
         out: dict[str, Tensor | float] = {"kgd.gap": gaps, "kgd.deviation": float(gaps.max())}
-        if self.config.arch == "mlp":
+        if self.config.arch == "mlp" and self.config.parametrization == "ntk":
             K_ring = analytic_ntk_relu(self.x.double(), depth=self.config.mlp_depth)
             ring, _ = kernel_gd_predictions(None, K_ring, y, self.config.lr, steps,
                                             f0_train=traj[0])  # fmt: skip
@@ -158,6 +199,6 @@ def build_universality(config: UniversalityRun, streams: SeedStreams) -> Parts:
         model=model,
         data={"x": x, "y": y},
         loss=_mse,
-        optimizer=lambda m: torch.optim.SGD(m.parameters(), lr=config.lr),
+        optimizer=lambda m: torch.optim.SGD(m.parameters(), lr=gd_lr(config)),
         probes=[(UniversalityProbe(config, x, y, config.loop.steps), EveryN(1))],
     )
