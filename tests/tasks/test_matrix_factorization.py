@@ -37,9 +37,10 @@ def test_loss_matches_definition_batched() -> None:
     assert toy.loss(A[0], B[0], 0.3).shape == ()
 
 
+@pytest.mark.parametrize("penalty", ["factors", "product"])
 @pytest.mark.parametrize("data_scale", [1.0, 0.5])
-def test_closed_form_gradient_equals_autograd(data_scale: float) -> None:
-    toy = MatrixFactorization(data_scale=data_scale)
+def test_closed_form_gradient_equals_autograd(data_scale: float, penalty: str) -> None:
+    toy = MatrixFactorization(data_scale=data_scale, penalty=penalty)
     A = torch.randn(4, 5, 3, generator=gen(0), dtype=torch.float64, requires_grad=True)
     B = torch.randn(4, 5, 3, generator=gen(1), dtype=torch.float64, requires_grad=True)
     lam = torch.tensor([0.0, 0.1, 0.4, 0.8], dtype=torch.float64)
@@ -74,6 +75,14 @@ def test_predicted_singular_values_closed_form() -> None:
         torch.tensor([0.6, 0.4, 0.2, 0.0, 0.0], dtype=torch.float64),
     )
     assert toy.predicted_singular_values(torch.zeros(2, 3)).shape == (2, 3, 5)
+
+
+def test_product_penalty_loss_is_the_frobenius_norm_of_the_product() -> None:
+    """Hand-built: A = diag(1, 2), B = I, D = 0 -> loss = ‖AB‖² + (λ/2)‖AB‖² = 5 (1 + λ/2)."""
+    toy = MatrixFactorization(diag=(0.0, 0.0), penalty="product")
+    A = torch.diag(torch.tensor([1.0, 2.0], dtype=torch.float64))
+    B = torch.eye(2, dtype=torch.float64)
+    torch.testing.assert_close(toy.loss(A, B, 0.4), torch.tensor(5.0 * 1.2, dtype=torch.float64))
 
 
 def test_gradient_flow_balancedness_identity() -> None:
@@ -117,6 +126,7 @@ def test_init_factors_independent_deterministic() -> None:
             r"diag entries must be finite numbers >= 0 \(got diag=\(nan,\)\)",
         ),
         ({"data_scale": 0}, r"data_scale must be a finite number > 0 \(got data_scale=0\)"),
+        ({"penalty": "nuclear"}, r"penalty must be one of factors, product \(got 'nuclear'\)"),
     ],
 )
 def test_bad_arguments_raise(kwargs: dict, message: str) -> None:

@@ -122,10 +122,10 @@ def _configs(configs: dict[str, Any]) -> str:
 
 def _claim_row(v: Any) -> dict[str, Any]:
     """One :class:`~dynascope.studies.Verdict` as a row of the report's verdict table."""
-    from dynascope.report.suite import control_cell, spread_cell
+    from dynascope.report.suite import control_cell, interval_cell, spread_cell
 
     data = v.to_json()
-    control = "no control" if v.control is None else f"{v.control.text}: {control_cell(data)}"
+    control = control_cell(data) if v.control is None else f"{v.control.text}: {control_cell(data)}"
     pre = v.precondition
     precondition = "none stated (legacy verdict)"
     if pre is not None:
@@ -138,6 +138,8 @@ def _claim_row(v: Any) -> dict[str, Any]:
         "status": v.status,
         "measured": v.measured,
         "threshold": f"{v.direction} {v.threshold:.4g}",
+        "kind": v.kind + (" (amended: see the protocol's log)" if v.amended else ""),
+        "interval (95 %)": interval_cell(data),
         "per seed": per_seed or "no seeds",
         "spread": spread_cell(data),
         "control": control,

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .suite import control_cell, spread_cell
+from .suite import claim_cell, control_cell, interval_cell, spread_cell
 
 if TYPE_CHECKING:
     from dynascope.studies.base import Study
@@ -56,17 +56,19 @@ def _number(value: Any) -> str:
 def _verdict_table(info: dict[str, Any]) -> list[str]:
     """The claims of one ``verdict.json`` as a Markdown table, with how they were measured."""
     lines = [
-        "| claim | status | measured | threshold | spread over seeds | control | the claim |",
-        "|---|---|---|---|---|---|---|",
+        "| claim | status | measured | threshold | interval (95 %) | spread over seeds | control "
+        "| the claim |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for claim in info["claims"]:
-        claim_id, _, text = claim["claim"].partition(":")
+        _, _, text = claim["claim"].partition(":")
         status = claim.get("status") or ("held" if claim.get("passed") else "not held")
         if claim.get("reason"):
             text = f"{text.strip()} (inconclusive: {claim['reason']})"
         threshold = f"{claim.get('direction') or ''} {_number(claim.get('threshold'))}".strip()
-        cells = [claim_id.strip(), status, _number(claim.get("measured")), threshold]
-        cells += [spread_cell(claim), control_cell(claim), text.strip() or claim["claim"]]
+        cells = [claim_cell(claim), status, _number(claim.get("measured")), threshold]
+        cells += [interval_cell(claim), spread_cell(claim), control_cell(claim)]
+        cells.append(text.strip() or claim["claim"])
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return lines
 
@@ -133,7 +135,12 @@ def study_section(
             "measured result at this preset's scale ([how verdicts are judged](../verdicts.md)).",
             "",
             *_verdict_table(verdict),
+            "",
+            "† the protocol logs an amendment to this claim (below).",
         ]
+    protocol = getattr(study, "protocol", None)
+    if protocol is not None:
+        lines += ["", protocol.markdown().rstrip()]
     lines += ["", "## Figures", ""]
     for figure in figures or []:
         lines += [f"![{Path(figure).stem}]({figure})", ""]

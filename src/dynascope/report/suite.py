@@ -5,11 +5,14 @@ Glossary:
                       ``SUITE/NAME-PRESET/`` (``verdict.json`` inside, as for one study).
     row:              one claim of one study: study, claim (its id), status (``held`` |
                       ``not held`` | ``inconclusive``; ``None`` when not run), measured (the
-                      aggregate over seeds), direction (``<=`` | ``>=``), threshold, spread
-                      (``± std [min, max] over n seeds``, or ``no seeds`` for a legacy
-                      verdict), control (``STATUS (value)``, or ``no control``), passed,
-                      legacy, reason (why inconclusive), seconds (the study's wall-clock
-                      seconds, on the first claim's row), text (the claim in words).
+                      aggregate over seeds), direction (``<=`` | ``>=``), threshold, interval
+                      (``[lo, hi], n = N``: the 95 % interval the status is read from),
+                      spread (``± std [min, max] over n seeds``, or ``no seeds`` for a legacy
+                      verdict), control (``STATUS (value [lo, hi])``, ``identity`` for an
+                      implementation check, or ``no control``), passed, legacy, amended (the
+                      protocol logs a change to the claim, marked ``†``), kind (``finding``
+                      | ``identity``), reason (why inconclusive), seconds (the study's
+                      wall-clock seconds, on the first claim's row), text (the claim in words).
 
 ``docs/studies.md`` is generated from the stored ``verdict.json`` files
 (``dynascope study table``), so the docs show what was measured, not what was promised; a
@@ -25,7 +28,8 @@ from typing import Any
 
 from dynascope.studies.verdict import legacy_direction
 
-__all__ = ["control_cell", "markdown_table", "spread_cell", "suite_rows"]
+__all__ = ["claim_cell", "control_cell", "interval_cell", "markdown_table", "spread_cell",
+           "suite_rows"]  # fmt: skip
 
 
 def _claim_id(claim: str) -> str:
@@ -53,12 +57,44 @@ def spread_cell(claim: dict[str, Any]) -> str:
     )
 
 
+def _interval(value: Any) -> str:
+    if not value or any(v is None for v in value):
+        return "no interval"
+    return f"[{_number(value[0])}, {_number(value[1])}]"
+
+
+def interval_cell(claim: dict[str, Any]) -> str:
+    """A claim's 95 % interval and seed count as one cell: ``[lo, hi], n = N``.
+
+    ``claim`` is one entry of ``verdict.json``'s ``claims``; a verdict stored before interval
+    statuses has none (``no interval``).
+    """
+    if "interval" not in claim:
+        return "no interval"
+    return f"{_interval(claim['interval'])}, n = {claim.get('n_seeds', 0)}"
+
+
+def claim_cell(claim: dict[str, Any]) -> str:
+    """A claim's id, with ``†`` when its protocol logs an amendment to it and ``(identity)``
+    for an implementation check."""
+    cell = _claim_id(claim["claim"])
+    if claim.get("amended"):
+        cell += " †"
+    if claim.get("kind") == "identity":
+        cell += " (identity)"
+    return cell
+
+
 def control_cell(claim: dict[str, Any]) -> str:
-    """A claim's negative control as one cell: ``STATUS (measured)``, or ``no control``."""
+    """A claim's ablation control as one cell: ``STATUS (measured [lo, hi])``; ``identity``
+    for an implementation check; ``no control`` for a legacy verdict."""
     control = claim.get("control")
     if not control:
-        return "no control"
-    return f"{control.get('status')} ({_number(control.get('measured'))})"
+        return "identity" if claim.get("kind") == "identity" else "no control"
+    cell = f"{control.get('status')} ({_number(control.get('measured'))}"
+    if "interval" in control:
+        cell += f" {_interval(control['interval'])}"
+    return cell + ")"
 
 
 def suite_rows(suite_dir: Path, names: list[str], preset: str) -> list[dict[str, Any]]:
@@ -84,7 +120,10 @@ def suite_rows(suite_dir: Path, names: list[str], preset: str) -> list[dict[str,
                     "direction": "",
                     "threshold": math.nan,
                     "spread": "",
+                    "interval": "",
                     "control": "",
+                    "amended": False,
+                    "kind": "",
                     "passed": None,
                     "legacy": False,
                     "reason": "",
@@ -98,7 +137,7 @@ def suite_rows(suite_dir: Path, names: list[str], preset: str) -> list[dict[str,
             rows.append(
                 {
                     "study": name,
-                    "claim": _claim_id(claim["claim"]),
+                    "claim": claim_cell(claim),
                     "text": claim["claim"].partition(":")[2].strip() or claim["claim"],
                     "status": claim.get("status") or ("held" if passed else "not held"),
                     "measured": math.nan if measured is None else float(measured),
@@ -106,7 +145,10 @@ def suite_rows(suite_dir: Path, names: list[str], preset: str) -> list[dict[str,
                     or legacy_direction(claim.get("detail", "")),
                     "threshold": float(claim["threshold"]),
                     "spread": spread_cell(claim),
+                    "interval": interval_cell(claim),
                     "control": control_cell(claim),
+                    "amended": bool(claim.get("amended")),
+                    "kind": claim.get("kind", "finding"),
                     "passed": passed,
                     "legacy": bool(claim.get("legacy", "status" not in claim)),
                     "reason": claim.get("reason", ""),
@@ -130,7 +172,8 @@ def markdown_table(rows: list[dict[str, Any]], *, preset: str, when: str) -> str
     """``docs/studies.md``: a heading, how it was made, and the rows as a Markdown table."""
     n_claims = sum(r["status"] is not None for r in rows)
     counts = {s: sum(r["status"] == s for r in rows) for s in ("held", "not held", "inconclusive")}
-    n_legacy = sum(bool(r["legacy"]) for r in rows)
+    n_identity = sum(r["kind"] == "identity" for r in rows)
+    n_amended = sum(bool(r["amended"]) for r in rows)
     lines = [
         "# Studies: measured verdicts",
         "",
@@ -142,25 +185,31 @@ def markdown_table(rows: list[dict[str, Any]], *, preset: str, when: str) -> str
         "workers and the machine's other load change it); the README gives each study's CPU "
         "time on one thread.",
         "",
-        "Each claim is judged over seeds (`measured` is the mean; `spread` the standard "
-        "deviation, minimum and maximum over seeds) against its threshold in the stated "
-        "direction, by the rule: the mean passes and at least 2/3 of the seeds pass. "
-        "`inconclusive`: fewer than 3 seeds finished, a precondition failed, or the negative "
-        "control (the same metric on a variant that must not show the effect) held too. "
-        '"no seeds / no control" marks a verdict not yet ported to this contract '
+        "Each claim is judged over seeds from its study's protocol (fixed before the "
+        "evaluation seeds ran; `docs/studies/NAME.md`, Protocol): `measured` is the mean over "
+        "seeds (or, for a rate, the fraction of seeds that pass their bar) and `interval` its "
+        "95 % interval (Student-t for a mean, Wilson for a rate) over `n` seeds. `held`: the "
+        "interval lies on the claimed side of the threshold and the ablation control (the "
+        "same experiment with the claimed cause removed, same budget) does not hold; `not "
+        "held`: the interval lies on the other side; `inconclusive`: fewer than 5 seeds, a "
+        "precondition failed (every arm the claim reads must have trained), the interval "
+        "straddles the threshold, or the control held too. † marks a claim whose protocol "
+        "logs an amendment (a change made after evaluation results were seen); `identity` "
+        "marks an implementation check, listed apart from findings "
         "(`src/dynascope/studies/verdict.py`).",
         "",
         f"{counts['held']} of {n_claims} claims held, {counts['not held']} not held, "
-        f"{counts['inconclusive']} inconclusive; {n_legacy} without seeds or control.",
+        f"{counts['inconclusive']} inconclusive; {n_identity} of them identity checks; "
+        f"{n_amended} amended.",
         "",
-        "| study | claim | status | measured | threshold | spread over seeds | control "
+        "| study | claim | status | measured | threshold | interval (95 %) | control "
         "| seconds | the claim |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         threshold = "" if math.isnan(r["threshold"]) else f"{r['direction']} {r['threshold']:.4g}"
         text = r["text"] + (f" (inconclusive: {r['reason']})" if r["reason"] else "")
-        cells = [r["study"], r["claim"], r["status"], r["measured"], threshold, r["spread"]]
+        cells = [r["study"], r["claim"], r["status"], r["measured"], threshold, r["interval"]]
         cells += [r["control"], r["seconds"], text]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"

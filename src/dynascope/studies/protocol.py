@@ -203,7 +203,8 @@ class Protocol:
         study: the study's name.
         claims: the claim specs, in verdict order.
         seeds: preset name -> seeds per arm.
-        calibration_seeds: base seeds (>= 10,000) thresholds and sizes were chosen on.
+        calibration_seeds: base seeds (>= 10,000) thresholds and sizes were chosen on; empty
+            when every threshold comes from theory and no size was calibrated.
         evaluation_seeds: base seeds (< 10,000) whose verdicts are published.
         presets: preset name -> its sizes and how they were chosen.
         reproduces: the cheapest preset at which the protocol expects every precondition met
@@ -235,9 +236,9 @@ class Protocol:
         if len(set(ids)) != len(ids):
             raise ValueError(f"{self.study}: claim ids must be unique (got {ids})")
         low = [s for s in self.calibration_seeds if s < CALIBRATION_MIN]
-        if low or not self.calibration_seeds:
+        if low:
             raise ValueError(
-                f"{self.study}: calibration_seeds must be >= {CALIBRATION_MIN} (got "
+                f"{self.study}: calibration seeds must be >= {CALIBRATION_MIN} (got "
                 f"{list(self.calibration_seeds)})"
             )
         high = [s for s in self.evaluation_seeds if s >= CALIBRATION_MIN]

@@ -142,9 +142,10 @@ def mean_interval(values: Any, confidence: float = CONFIDENCE) -> tuple[float, f
     n = len(finite)
     if n < 2:
         return _NAN_INTERVAL
-    mean = float(finite.mean())
-    half = float(stats.t.ppf((1 + confidence) / 2, n - 1) * finite.std(ddof=1) / math.sqrt(n))
-    if not math.isfinite(half):  # values so large that the spread overflows
+    with np.errstate(over="ignore", invalid="ignore"):  # huge values: an infinite spread
+        mean = float(finite.mean())
+        half = float(stats.t.ppf((1 + confidence) / 2, n - 1) * finite.std(ddof=1) / math.sqrt(n))
+    if not (math.isfinite(half) and math.isfinite(mean)):  # the spread overflows
         return (-math.inf, math.inf)
     return (mean - half, mean + half)
 

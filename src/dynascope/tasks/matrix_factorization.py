@@ -19,7 +19,12 @@ Closed-form gradients::
 
     grad_A = G B + lam A,      grad_B = G^T A + lam B
 
-Gradient flow gives ``d/dt (A^T A - B^T B) = -2 lam (A^T A - B^T B)`` (the G terms cancel), so
+The ablation ``penalty="product"`` puts the same lam on the product instead of the factors,
+``(lam / 2) ||A B^T||_F^2``: then ``grad_A = (G + lam W) B``, ``grad_B = (G + lam W)^T A`` with
+``W = A B^T``; gradient flow conserves ``A^T A - B^T B`` (the loss depends on ``W`` alone) and
+the minimum is the shrinkage ``sigma_i = d_i / (1 + c lam)``, no mode is zeroed.
+
+With the factor penalty, gradient flow gives ``d/dt (A^T A - B^T B) = -2 lam (A^T A - B^T B)`` (the G terms cancel), so
 balancedness decays as ``exp(-2 lam t)``; for balanced factors the penalty equals
 ``lam * ||A B^T||_*`` (nuclear norm). Minimising ``s (sigma - d)^2 + lam sigma`` over
 ``sigma >= 0`` gives the soft-threshold ``sigma_i = max(d_i - c lam, 0)`` with ``c = 1/(2s)``:
@@ -51,9 +56,12 @@ class MatrixFactorization:
     Args:
         diag: diagonal of ``D``; non-empty, finite, every entry ``>= 0``.
         data_scale: weight ``s`` of the data term, finite, ``> 0``.
+        penalty: ``factors`` (weight decay on ``A`` and ``B``, the paper's setting) or
+            ``product`` (the same ``lam`` as ``(lam/2)||A B^T||_F^2``: the ablation control).
     Raises:
-        ValueError: if ``diag`` is empty or has a negative or non-finite entry, or
-            ``data_scale`` is not a finite number ``> 0``.
+        ValueError: if ``diag`` is empty or has a negative or non-finite entry,
+            ``data_scale`` is not a finite number ``> 0``, or ``penalty`` is not ``factors``
+            or ``product``.
     """
 
     def __init__(
@@ -61,7 +69,11 @@ class MatrixFactorization:
         *,
         diag: Sequence[float] = (0.2, 0.4, 0.6, 0.8, 1.0),
         data_scale: float = 1.0,
+        penalty: str = "factors",
     ) -> None:
+        if penalty not in ("factors", "product"):
+            raise ValueError(f"penalty must be one of factors, product (got {penalty!r})")
+        self.penalty = penalty
         diag = tuple(diag)
         if len(diag) == 0:
             raise ValueError("diag must be non-empty (got diag=())")
@@ -97,7 +109,8 @@ class MatrixFactorization:
         return A @ B.mT - self.target(A.dtype, A.device)
 
     def loss(self, A: Tensor, B: Tensor, lam: Tensor | float) -> Tensor:
-        """``s ||A B^T - D||_F^2 + (lam/2)(||A||_F^2 + ||B||_F^2)``.
+        """``s ||A B^T - D||_F^2 + (lam/2)(||A||_F^2 + ||B||_F^2)`` (``penalty="product"``:
+        ``+ (lam/2)||A B^T||_F^2`` instead).
 
         Args:
             A, B: factors ``[..., n, r]``.
@@ -110,17 +123,24 @@ class MatrixFactorization:
         self._check_factors(A, B)
         lam = torch.as_tensor(lam, dtype=A.dtype, device=A.device)
         data = self._residual(A, B).square().sum(dim=(-2, -1))
-        l2 = A.square().sum(dim=(-2, -1)) + B.square().sum(dim=(-2, -1))
+        if self.penalty == "product":
+            l2 = (A @ B.mT).square().sum(dim=(-2, -1))
+        else:
+            l2 = A.square().sum(dim=(-2, -1)) + B.square().sum(dim=(-2, -1))
         return self.data_scale * data + 0.5 * lam * l2
 
     def gradients(self, A: Tensor, B: Tensor, lam: Tensor | float) -> tuple[Tensor, Tensor]:
         """Closed-form ``(grad_A, grad_B)`` of ``loss``, each ``[..., n, r]``.
 
-        ``G = 2 s (A B^T - D)``, ``grad_A = G B + lam A``, ``grad_B = G^T A + lam B``.
+        ``G = 2 s (A B^T - D)``, ``grad_A = G B + lam A``, ``grad_B = G^T A + lam B``
+        (``penalty="product"``: ``G + lam A B^T`` in place of ``G`` and no ``lam A``, ``lam B``).
         """
         self._check_factors(A, B)
         lam = torch.as_tensor(lam, dtype=A.dtype, device=A.device)[..., None, None]
         G = 2.0 * self.data_scale * self._residual(A, B)  # [..., n, n]
+        if self.penalty == "product":
+            G = G + lam * (A @ B.mT)
+            return G @ B, G.mT @ A
         return G @ B + lam * A, G.mT @ A + lam * B
 
     def gradient_step(

@@ -89,7 +89,7 @@ PROTOCOL = Protocol(
     study="compositional-icl-bottleneck",
     claims=(_C1, _C1B, _C2),
     seeds={"smoke": 3, "fast": 5, "paper": 5},
-    calibration_seeds=(10_000,),
+    calibration_seeds=(),
     presets={
         "smoke": "N 8, d_model 16, 1 layer, 30 steps, 3 seeds, with the unstructured arms: "
         "plumbing only, inconclusive (fewer than 5 seeds)",

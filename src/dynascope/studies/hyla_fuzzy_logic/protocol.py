@@ -65,7 +65,7 @@ PROTOCOL = Protocol(
     study="hyla-fuzzy-logic",
     claims=(_S4, _SRAVEN),
     seeds={"smoke": 3, "fast": 5, "paper": 5},
-    calibration_seeds=(10_000,),
+    calibration_seeds=(),
     presets={
         "smoke": "L 3, K 2, seq 8, d_model 16, 1 layer, 30 steps, 3 seeds: plumbing only, its "
         "verdicts read inconclusive (fewer than 5 seeds)",

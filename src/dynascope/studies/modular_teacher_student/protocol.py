@@ -78,7 +78,7 @@ PROTOCOL = Protocol(
     study="modular-teacher-student",
     claims=(_S1, _S2),
     seeds={"smoke": 3, "fast": 5, "paper": 5},
-    calibration_seeds=(10_000,),
+    calibration_seeds=(),
     presets={
         "smoke": "n_hidden 8, 20 outer × 5 inner steps, 3 seeds: plumbing only, verdicts "
         "inconclusive (fewer than 5 seeds)",

@@ -1,8 +1,7 @@
 """weight-decay-low-rank verdicts on the contract (:mod:`dynascope.studies.verdict`).
 
-Every claim is judged over the preset's seeds (default rule: the mean passes and ≥ 2/3 of the
-seeds pass) against a negative control and a precondition; thresholds, controls and
-preconditions, and how each was fixed: docs/studies/weight-decay-low-rank.md.
+Every claim is judged through its spec in :mod:`.protocol` (statistic, threshold, direction)
+over the preset's seeds, against an ablation control and the fit of every arm it reads.
 """
 
 from __future__ import annotations
@@ -14,25 +13,19 @@ import numpy as np
 
 from dynascope.store import Run
 from dynascope.studies.base import Analysis
-from dynascope.studies.verdict import Control, Precondition, Verdict, judge
+from dynascope.studies.verdict import Precondition, Verdict
 from dynascope.tasks import MatrixFactorization
 
 from .figures import lm_figure, recall_figures, toy_figures
+from .protocol import LEARNED, LM_LEARNED, PROTOCOL
 
 __all__ = ["analyze", "fit_log_slope", "settled_step", "toy_seed_metrics"]
 
-# Frozen thresholds (docs/studies/weight-decay-low-rank.md says how each was set).
-A1_RATE_TOL = 0.1
+# How the toy's metrics are read (the protocol's preconditions state them).
 A1_SETTLED = 1e-6
 A1_FLOOR = 1e-12
 A1_MIN_POINTS = 10
-A2_GAP_REL = 1e-4
-A3_SIGMA_TOL = 1e-3
 A3_MARGIN = 0.05
-B_DROP = 2.0
-B_LEARNED = 0.9
-C_LOSS_GAP = 0.005
-C_LEARNED = 0.6 * math.log(256)
 
 
 def settled_step(loss: np.ndarray, tol: float) -> int:
@@ -87,9 +80,6 @@ def toy_seed_metrics(run: Run) -> dict:
     margin = np.abs(d[None, :] - c * lam_cat[:, None])[:, ::-1]
     gated = margin >= A3_MARGIN
     err = np.abs(sig_cat - pred)
-    # control: the λ = 0 end point judged against the λ > 0 predictions (no shrinkage)
-    pos_cat = lam_cat > 0
-    ctl_err = np.abs(sigma[-1][zero[0]][None, :] - pred[pos_cat]) if zero.size else np.empty(0)
     rows = [
         {"seed": run.config["seed"], "lambda": float(lam), "loss_settled_step": settled[j],
          "fitted_log_slope": fit_log_slope(bal[:, j], settled[j], A1_FLOOR) if lam > 0
@@ -101,18 +91,16 @@ def toy_seed_metrics(run: Run) -> dict:
     last = len(loss) - 1
     return {
         "a1": worst(abs(r - 1) for r in ratios),
-        "a1_control": worst(abs(slope0[0] / (-2 * eta * lambdas[j]) - 1) for j in positive)
-        if zero.size
-        else float("nan"),
+        "a1_free": worst(
+            abs(fit_log_slope(bal[:, j], settled[j], A1_FLOOR, below_start=False)
+                / (-2 * eta * lambdas[j]) - 1)
+            for j in positive
+        ),  # fmt: skip
         "a1_window": min((settled[j] for j in positive), default=last) < last
         and not any(map(math.isnan, slopes)),
         "keep0": [float(bal[-1, j] / bal[0, j]) for j in zero],
         "a2": worst(gap_rel[positive]),
-        "a2_control": worst(gap_rel[zero]),
         "a3": float(err[gated].max()) if gated.any() else float("nan"),
-        "a3_control": float(ctl_err[gated[pos_cat]].max())
-        if ctl_err.size and gated.any()
-        else float("nan"),
         "a3_crosses": bool((gated & (pred == 0)).any() and (gated & (pred > 0)).any()),
         "a3_marginal": float(err[~gated].max()) if (~gated).any() else 0.0,
         "arrays": (lambdas, bal, gap, l2, sigma, lam_cat, sig_cat, d, c, eta),
@@ -120,57 +108,36 @@ def toy_seed_metrics(run: Run) -> dict:
     }
 
 
-def _toy(runs: list[Run], figures: Path) -> tuple[list[Verdict], list[Path], list[dict]]:
+def _toy(
+    runs: list[Run], product: list[Run], figures: Path
+) -> tuple[list[Verdict], list[Path], list[dict]]:
     m = {int(r.config["seed"]): toy_seed_metrics(r) for r in runs}
+    ablated = {int(r.config["seed"]): toy_seed_metrics(r) for r in product}
     seeds = list(m)
     window_ok = all(v["a1_window"] for v in m.values())
-    window = Precondition(
-        f"every seed's loss settles (relative change < {A1_SETTLED:g}) before the last step "
-        f"for every λ > 0 and leaves ≥ {A1_MIN_POINTS} points above b_t/b_0 = {A1_FLOOR:g}",
-        window_ok,
-    )
-    lam0 = "the λ = 0 slice of the same runs"
+    window = Precondition(PROTOCOL.claim("a1").preconditions[0], window_ok)
     keep0 = ", ".join(f"{k:.3f}" for v in m.values() for k in v["keep0"])
+    nan = float("nan")
+    control = {
+        key: {s: ablated[s][key] if s in ablated else nan for s in seeds}
+        for key in ("a1_free", "a2", "a3")
+    }
     verdicts = [
-        judge(
-            claim="a1: balancedness decays at rate 2λ per unit time (log-slope −2ηλ per GD step)",
-            metric="per seed, max over λ > 0 of |fitted log-slope of ‖AᵀA − BᵀB‖_F / (−2ηλ) − 1|",
-            per_seed={s: m[s]["a1"] for s in seeds},
-            threshold=A1_RATE_TOL,
-            direction="<=",
+        PROTOCOL.claim("a1").judge(
+            {s: m[s]["a1"] for s in seeds},
             precondition=window,
-            control=Control(
-                f"{lam0}: its fitted slope against each λ > 0's −2ηλ",
-                {s: m[s]["a1_control"] for s in seeds},
-            ),
+            control=control["a1_free"],
             detail=f"λ = 0 keeps b_T/b_0 = {keep0} (gradient flow conserves it)",
         ),
-        judge(
-            claim="a2: the L2–nuclear gap closes (½(‖A‖²+‖B‖²) → ‖ABᵀ‖_*)",
-            metric="per seed, max over λ > 0 of gap / L2 term at the last step",
-            per_seed={s: m[s]["a2"] for s in seeds},
-            threshold=A2_GAP_REL,
-            direction="<=",
-            precondition=window,
-            control=Control(
-                f"{lam0}: gap / L2 term at the last step", {s: m[s]["a2_control"] for s in seeds}
-            ),
+        PROTOCOL.claim("a2").judge(
+            {s: m[s]["a2"] for s in seeds}, precondition=window, control=control["a2"]
         ),
-        judge(
-            claim="a3: singular values end soft-thresholded, σ_i = max(d_i − cλ, 0)",
-            metric=f"per seed, max |σ_i − max(d_i − cλ, 0)| over modes with |d_i − cλ| ≥ "
-            f"{A3_MARGIN}, main and fine λ grids",
-            per_seed={s: m[s]["a3"] for s in seeds},
-            threshold=A3_SIGMA_TOL,
-            direction="<=",
+        PROTOCOL.claim("a3").judge(
+            {s: m[s]["a3"] for s in seeds},
             precondition=Precondition(
-                "the λ grid crosses thresholds: some gated mode is predicted 0, some > 0",
-                all(v["a3_crosses"] for v in m.values()),
+                PROTOCOL.claim("a3").preconditions[0], all(v["a3_crosses"] for v in m.values())
             ),
-            control=Control(
-                f"{lam0}: its σ_i against the λ > 0 predictions",
-                {s: m[s]["a3_control"] for s in seeds},
-            ),
+            control=control["a3"],
             detail="marginal modes (not gated) reach "
             + ", ".join(f"{m[s]['a3_marginal']:.3g}" for s in seeds),
         ),
@@ -179,7 +146,9 @@ def _toy(runs: list[Run], figures: Path) -> tuple[list[Verdict], list[Path], lis
     return verdicts, figs, [row for s in seeds for row in m[s]["rows"]]
 
 
-def _final(run: Run, key: str) -> float:
+def _final(run: Run | None, key: str) -> float:
+    if run is None:
+        return float("nan")
     try:
         return run.last(key)
     except KeyError:
@@ -216,12 +185,19 @@ def _recall(runs: dict[str, Run], figures: Path):
         for seed, run in seeded.items()
     ]  # fmt: skip
     seeds = sorted(base)
-    acc0 = float(np.mean([_final(base[s], "val.accuracy") for s in seeds]))
-    acc = [_final(decayed[s], "val.accuracy") for s in seeds if s in decayed]
+    reads = {"b_recall_wd0": base, decayed_name: decayed, "b_recall_control": control}
+    fit = {arm: [_final(seeded.get(s), "val.accuracy") for s in seeds]
+           for arm, seeded in reads.items()}  # fmt: skip
+    worst_fit = min((a for accs in fit.values() for a in accs), default=float("nan"))
+    acc = fit[decayed_name]
     chance = 1.0 / 16
-    notes = f"val accuracy at λ_attn = {lam:g}: " + ", ".join(f"{a:.3f}" for a in acc)
+    notes = "val accuracy per arm: " + "; ".join(
+        f"{labels[arm].replace(chr(10), ' ')} " + ", ".join(f"{a:.3f}" for a in accs)
+        for arm, accs in fit.items()
+    )
     if acc and np.mean(acc) <= 1.5 * chance:
-        notes += f" (near chance {chance:.3f}: the rank drop co-occurs with collapse)"
+        notes += f" (λ_attn = {lam:g} near chance {chance:.3f}: the rank drop co-occurs with "
+        notes += "collapse)"
     verdicts = []
     for which in ("qk", "ov"):
         key = f"{which}.mean.rank_1e-2"
@@ -229,18 +205,11 @@ def _recall(runs: dict[str, Run], figures: Path):
         def drop(other: dict[int, Run], s: int, key: str = key) -> float:
             return _final(base[s], key) - _final(other[s], key) if s in other else float("nan")
 
-        verdicts.append(judge(
-            claim=f"b-{which}: weight decay on attention lowers the head-mean rank of "
-            f"W_{which.upper()} (recall)",
-            metric=f"per seed, rank_1e-2 at λ_attn = 0 minus rank_1e-2 at λ_attn = {lam:g}",
-            per_seed={s: drop(decayed, s) for s in seeds},
-            threshold=B_DROP,
-            direction=">=",
-            precondition=Precondition(
-                f"recall is learned without attention decay: mean val accuracy at λ_attn = 0 "
-                f">= {B_LEARNED}", acc0 >= B_LEARNED, acc0),
-            control=Control(f"decay moved off attention (λ_attn = 0, λ = {lam:g} on the other "
-                            "matrices): the same rank drop", {s: drop(control, s) for s in seeds}),
+        spec = PROTOCOL.claim(f"b-{which}")
+        verdicts.append(spec.judge(
+            {s: drop(decayed, s) for s in seeds},
+            precondition=Precondition(spec.preconditions[0], worst_fit >= LEARNED, worst_fit),
+            control={s: drop(control, s) for s in seeds},
             detail=notes,
         ))  # fmt: skip
     spectra = [(labels[a].replace("\n", " "), next(iter(sorted(r.items())))[1])
@@ -252,6 +221,9 @@ def _recall(runs: dict[str, Run], figures: Path):
 def _lm(runs: dict[str, Run], figures: Path):
     arms = _arms(runs, "c_lm")
     uniform, decoupled = arms["c_lm_uniform"], arms["c_lm_decoupled"]
+    ablated = arms["c_lm_control"]
+    conditions = (("uniform", uniform), ("decoupled", decoupled),
+                  ("control: λ_other = 0", ablated))  # fmt: skip
     rows = [
         {"condition": cond, "seed": seed, "status": run.status,
          "val.loss": _final(run, "val.loss"), "perplexity": math.exp(_final(run, "val.loss")),
@@ -259,31 +231,22 @@ def _lm(runs: dict[str, Run], figures: Path):
          "ov.rank_1e-2": _final(run, "ov.mean.rank_1e-2"),
          "qk.effective_rank": _final(run, "qk.mean.effective_rank"),
          "ov.effective_rank": _final(run, "ov.mean.effective_rank")}
-        for cond, seeded in (("uniform", uniform), ("decoupled", decoupled))
+        for cond, seeded in conditions
         for seed, run in seeded.items()
     ]  # fmt: skip
     seeds = sorted(decoupled)
 
-    def diff(s: int, at_init: bool = False) -> float:
-        if s not in uniform:
-            return float("nan")
-        pick = (lambda r: r.scalar("val.loss").iloc[0]) if at_init else (
-            lambda r: _final(r, "val.loss"))  # fmt: skip
-        return float(pick(uniform[s]) - pick(decoupled[s]))
+    def diff(other: dict[int, Run], s: int) -> float:
+        return _final(uniform.get(s), "val.loss") - _final(other.get(s), "val.loss")
 
-    learned = float(np.mean([_final(decoupled[s], "val.loss") for s in seeds]))
-    verdict = judge(
-        claim="c: decaying attention less (decoupled) lowers the LM's validation loss",
-        metric="per seed, val loss(uniform) − val loss(decoupled) at the last step, nats/byte",
-        per_seed={s: diff(s) for s in seeds},
-        threshold=C_LOSS_GAP,
-        direction=">=",
-        precondition=Precondition(
-            f"the LM learns: mean val loss of the decoupled arm <= 0.6·ln 256 = {C_LEARNED:.2f} "
-            "nats/byte", learned <= C_LEARNED, learned),
-        control=Control("untrained twins: the same difference at step 0 (same seed, same init)",
-                        {s: diff(s, at_init=True) for s in seeds}),
-    )  # fmt: skip
+    worst = max((_final(seeded.get(s), "val.loss") for _, seeded in conditions for s in seeds),
+                key=lambda v: math.inf if math.isnan(v) else v)  # fmt: skip
+    spec = PROTOCOL.claim("c")
+    verdict = spec.judge(
+        {s: diff(decoupled, s) for s in seeds},
+        precondition=Precondition(spec.preconditions[0], worst <= LM_LEARNED, worst),
+        control={s: diff(ablated, s) for s in seeds},
+    )
     figure = lm_figure({"uniform": list(uniform.values()),
                         "decoupled": list(decoupled.values())}, rows, figures)  # fmt: skip
     return [verdict], [figure], rows
@@ -292,7 +255,8 @@ def _lm(runs: dict[str, Run], figures: Path):
 def analyze(runs: dict[str, Run], figures: Path) -> Analysis:
     """Verdicts a1–a3, b-qk, b-ov, c from the stored runs; figures under ``figures``."""
     toy = [r for name, r in sorted(runs.items()) if name.startswith("a_toy")]
-    v_a, f_a, rows_a = _toy(toy, figures)
+    product = [r for name, r in sorted(runs.items()) if name.startswith("a_product")]
+    v_a, f_a, rows_a = _toy(toy, product, figures)
     v_b, f_b, rows_b = _recall(runs, figures)
     v_c, f_c, rows_c = _lm(runs, figures)
     return Analysis(
