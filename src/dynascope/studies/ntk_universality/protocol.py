@@ -75,8 +75,11 @@ PROTOCOL = Protocol(
         "1024 left to paper for the time budget before any verdict was seen",
         "paper": "widths 64..8192, 10 seeds, float64 (GPU)",
     },
-    reproduces="fast (every precondition met at seeds 0 and 1000 under the earlier contract; "
-    "~150 s CPU with the muP arm, about twice the NTK arm's 75 s)",
+    reproduces="fast for the MLP and the RNN; not yet for attention, whose NTK nets fit only "
+    "to 0.14-0.65 of their initial MSE in 200 steps on calibration seed 10000 (bar 0.5, kept "
+    "as fixed before that run), so u1/u2-attention read inconclusive at fast. Calibration "
+    "seed 10000: muP control slopes -0.01 to +0.05, all not held; 244 s CPU (user) on the "
+    "shared machine",
     registered="2026-12-07: converted to the interval contract (issue 27) after the verdicts "
     "at seeds 0 and 1000 (5 seeds each) had been seen: all six held at both under the mean + "
     "2/3-of-seeds rule, u2-mlp with 4 of 5 seeds passing (issue 27 reports 3 of 5 at a fresh "
