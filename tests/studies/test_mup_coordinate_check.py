@@ -10,6 +10,8 @@ import pytest
 from dynascope import studies
 from dynascope.store import load_run
 from dynascope.studies.mup_coordinate_check import STUDY, build_runs, load_records
+from dynascope.studies.mup_coordinate_check.analysis import fit_per_seed
+from dynascope.studies.mup_coordinate_check.protocol import PROTOCOL
 from dynascope.train import run_members
 
 
@@ -24,10 +26,10 @@ def test_presets_validate_and_build_the_expected_runs():
     ]
     widths = [64, 128, 256, 512, 1024, 2048]
     assert [s.name for s in specs] == [
-        f"{sweep}_w{w}_s{i}" for sweep in sweeps for w in widths for i in range(3)
+        f"{sweep}_w{w}_s{i}" for sweep in sweeps for w in widths for i in range(5)
     ]
-    assert [s.group for s in specs[:3]] == ["coord_standard_adam_w64"] * 3  # seeds: one ensemble
-    assert [s.config.seed for s in specs[:3]] == [0, 1, 2]
+    assert [s.group for s in specs[:5]] == ["coord_standard_adam_w64"] * 5  # seeds: one ensemble
+    assert [s.config.seed for s in specs[:5]] == [0, 1, 2, 3, 4]
     assert [s.config.seed for s in build_runs(STUDY.preset("fast"), 1000)[:3]] == [1000, 1001, 1002]
     assert specs[0].config.loop.steps == 2 and specs[-1].config.loop.steps == 10
     fast = STUDY.preset("fast")
@@ -85,21 +87,48 @@ def test_c2_is_the_worst_per_seed_spread_recomputed_from_the_stores(smoke_out):
     np.testing.assert_allclose(outcome.claims[1].per_seed, worst, rtol=1e-12)
 
 
-def test_each_control_fails_its_claim_at_smoke_scale(smoke_out):
-    """SP is c2's control and muP is c1's: each must fail the other's claim."""
+def test_each_control_is_the_other_arm_and_fails_its_claim_at_smoke_scale(smoke_out):
+    """SP is c2's control and muP is c1's: each control's per-seed values are the claim's
+    metric read on the other arm's runs, and each falls on the other side of its threshold
+    (at smoke's 3 seeds every status is inconclusive: fewer than 5 seeds)."""
     outcome, out = smoke_out
     data = json.loads((out / "verdict.json").read_text(), parse_constant=pytest.fail)
+    assert data["protocol"]["sha256"] == PROTOCOL.sha256
     for claim in data["claims"]:
         assert claim["legacy"] is False and claim["seeds"] == [0, 1, 2]
-        assert claim["control"]["status"] == "not held", claim["control"]
+        assert claim["status"] == "inconclusive" and claim["n_seeds"] == 3
+        assert claim["control"]["kind"] == "ablation" and claim["control"]["seeds"] == [0, 1, 2]
         assert claim["precondition"]["met"] is True and claim["precondition"]["measured"] == 8.0
     c1, c2 = outcome.claims
     assert c1.direction == ">=" and c2.direction == "<="
-    assert c1.control.measured < 4.0 < c2.control.measured
+    assert c1.threshold == PROTOCOL.claim("c1").threshold == 4.0
+    assert max(c1.control.per_seed.values()) < 4.0 < min(c1.per_seed)
+    assert min(c2.control.per_seed.values()) > 1.5 > max(c2.per_seed)
+    mup = {(int(r.config["width"]), r.config["seed"]): r for r in _sweep(out, "coord_mup_adam")}
+    expected = [mup[256, s].last("l1.logits") / mup[32, s].last("l1.logits") for s in range(3)]
+    np.testing.assert_allclose(list(c1.control.per_seed.values()), expected, rtol=1e-12)
     assert data["seed"] == 0
     report = (out / "report.html").read_text()
-    assert "muP + Adam, the same logits ratio" in report and "not held (" in report
+    assert "muP + Adam (the other parametrization" in report
     assert "the widths span w_max / w_min &gt;= 8" in report
+
+
+def test_the_fit_precondition_reads_every_arm_and_seed(smoke_out):
+    """The fit bar: finite losses in every run, and the update lowers the base-width loss."""
+    _, out = smoke_out
+    sp = _sweep(out, "coord_standard_adam")
+    assert fit_per_seed(sp) == {0: True, 1: True, 2: True}
+    assert fit_per_seed(_sweep(out, "coord_mup_adam")) == {0: True, 1: True, 2: True}
+
+    class Diverged:  # one SP run whose loss went non-finite
+        def __init__(self, run):
+            self.run, self.config, self.status = run, run.config, run.status
+
+        def scalar(self, key):
+            return self.run.scalar(key) * float("nan")
+
+    broken = [Diverged(r) if r.config["seed"] == 1 and r.config["width"] == 256 else r for r in sp]
+    assert fit_per_seed(broken) == {0: True, 1: False, 2: True}
 
 
 def test_a_narrow_width_sweep_fails_the_precondition(tmp_path):

@@ -14,6 +14,7 @@ from dynascope.studies.base import RunSpec, Study
 from dynascope.train import Loop
 
 from .analysis import analyze
+from .protocol import PROTOCOL
 from .runs import CoordRun, OptimizerName, build_coord, build_lr_transfer
 
 __all__ = ["STUDY", "CLAIM", "CoordSweep", "MupCoordCheckPreset", "build_runs", "sweep_name"]
@@ -91,10 +92,10 @@ def smoke() -> MupCoordCheckPreset:
 
 
 def fast() -> MupCoordCheckPreset:
-    """S09's fast preset: widths 64..2048, 3 seeds, 3 steps, Adam lr 1e-2, batch 128."""
+    """S09's fast preset: widths 64..2048, 5 seeds, 3 steps, Adam lr 1e-2, batch 128."""
     widths = [64, 128, 256, 512, 1024, 2048]
-    sp, mup = _pair(widths=widths, nseeds=3, nsteps=3, batch_size=128)
-    return MupCoordCheckPreset(sp=sp, mup=mup, c3=_c3(widths, 3, 128, 11))
+    sp, mup = _pair(widths=widths, nseeds=5, nsteps=3, batch_size=128)
+    return MupCoordCheckPreset(sp=sp, mup=mup, c3=_c3(widths, 5, 128, 11))
 
 
 def paper() -> MupCoordCheckPreset:
@@ -165,4 +166,5 @@ STUDY = Study(
     presets={"smoke": smoke, "fast": fast, "paper": paper},
     build_runs=build_runs,
     analyze=analyze,
+    protocol=PROTOCOL,
 )
