@@ -5,6 +5,7 @@ presets, and the smoke preset end to end, killed and resumed."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -26,6 +27,7 @@ from dynascope.studies.ntk_lazy_validity import (
     two_layer,
 )
 from dynascope.studies.ntk_lazy_validity import runs as runs_module
+from dynascope.studies.ntk_lazy_validity.protocol import PROTOCOL
 from dynascope.train import Loop, run_members
 
 F64 = torch.float64
@@ -81,22 +83,30 @@ def test_twin_products_with_the_jacobian_equal_linearize_and_its_vjp(centering):
         torch.testing.assert_close(got[k], grad[k], rtol=0, atol=1e-12)
 
 
-def test_engine_run_twin_matches_the_closed_form_and_logs_sups(tmp_path):
-    """Oracle: GD on the twin is alpha hbar_t = f* - (I - eta K)^t f* (to 1e-10 in float64);
-    D is a running sup from 0; the weights move O(1/alpha)."""
+@pytest.mark.parametrize("centering", ["antisymmetric", "none"])
+def test_engine_run_twin_matches_the_closed_form_and_logs_sups(tmp_path, centering):
+    """Oracle: GD on the twin is alpha hbar_t = f* - (I - eta K)^t (f* - alpha h(w0)) (to 1e-10
+    in float64; alpha h(w0) = 0 when centered, not for the uncentered control); D is a running
+    sup from 0; the weights move O(1/alpha) when centered."""
     cfg = LazyRun(loop=loop(60), width=12, n_train=6, alphas=[2.0, 16.0], kernel_points=2,
-                  probe_every=1)  # fmt: skip
+                  probe_every=1, centering=centering)  # fmt: skip
     run_members(build_lazy, cfg, tmp_path / "run")
     run = load_run(tmp_path / "run")
     assert run.status == "finished"
     steps, D = run.tensors("D")
     assert list(steps) == list(range(61)) and D.shape == (61, 2)
-    np.testing.assert_array_equal(D[0], [0.0, 0.0])  # h(w0) = hbar(w0) = 0
+    # h(w0) = hbar(w0) (= 0 when centered; uncentered, alpha h(w0) = O(alpha): 1e-12 rounding)
+    np.testing.assert_allclose(D[0], [0.0, 0.0], rtol=0, atol=0 if centering != "none" else 1e-12)
     assert np.all(np.diff(D, axis=0) >= 0) and D[-1].min() > 0
     assert run.tensors("oracle_error")[1][-1].max() <= 1e-10
+    assert 0 < run.last("lr_lambda_max") < 2
+    residual = run.tensors("residual")[1]
+    if centering == "none":  # alpha h(w0) = O(alpha): the initial residual grows with alpha
+        assert residual[0, 1] > 3 * residual[0, 0]
+        return
+    np.testing.assert_allclose(residual[0, 0], residual[0, 1], rtol=1e-12)  # ||f*|| for both
     dist = run.tensors("param_dist")[1][-1]
     assert 0.5 < dist[0] * 2.0 / (dist[1] * 16.0) < 2.0
-    assert 0 < run.last("lr_lambda_max") < 2
 
 
 def test_slope_and_exponent_recover_power_laws():
@@ -110,7 +120,7 @@ def test_slope_and_exponent_recover_power_laws():
     assert np.isnan(alpha_slope(alphas[:2], D[-1, :2]))  # two points: no slope
 
 
-def write_run(path, *, seed, centering, D_fn, steps=5000, lr=0.01):
+def write_run(path, *, seed, centering, D_fn, steps=5000, lr=0.01, fit=True):
     alphas = [4.0, 8.0, 16.0, 32.0, 64.0, 128.0]
     cfg = LazyRun(loop=loop(steps), seed=seed, alphas=alphas, centering=centering, lr=lr)
     a = torch.tensor(alphas, dtype=F64)
@@ -122,50 +132,86 @@ def write_run(path, *, seed, centering, D_fn, steps=5000, lr=0.01):
             t = step * lr
             store.log(step, {"D": D_fn(t, a), "move": torch.ones(6, dtype=F64) * min(t, 1.0),
                              "oracle_error": torch.zeros(6, dtype=F64),
+                             "residual": torch.ones(6, dtype=F64) * (math.exp(-t) if fit else 1),
                              "param_dist": 1.0 / a, "ntk.relative_change": 0.1 / a})  # fmt: skip
         store.set_status(steps, "finished")
     return load_run(path)
 
 
+def anti(t, a):
+    return (t**3 if t < 1 else t**1.5) / a**2
+
+
+def offset(t, a):
+    return (t**2 if t < 1 else t**1.2) / a
+
+
+def uncentered(t, a):
+    return t * a / 100  # the initial residual grows with alpha: D grows with it
+
+
+def power_law_runs(tmp_path, none_fn=uncentered, seeds=5, fit=True):
+    runs = {}
+    for seed in range(seeds):
+        for centering, fn in (("antisymmetric", anti), ("offset", offset), ("none", none_fn)):
+            runs[f"s{seed}_{centering}"] = write_run(
+                tmp_path / f"{centering}{seed}", seed=seed, centering=centering, D_fn=fn,
+                fit=fit or centering != "none")  # fmt: skip
+    return runs
+
+
 def test_the_verdicts_on_power_law_stores(tmp_path):
     """Antisymmetric: D = t^3 / a^2 early, t^1.5 / a^2 late; offset: t^2 / a early, t^1.2 / a
-    late (continuous at t = 1). Known: n1 slopes -2 and -1, n2 exponents 0.75 and 1.2 (> 1.1:
-    not held), early controls 1.5 and 2; the movement control is flat in alpha."""
-
-    def anti(t, a):
-        return (t**3 if t < 1 else t**1.5) / a**2
-
-    def offset(t, a):
-        return (t**2 if t < 1 else t**1.2) / a
-
-    runs = {}
-    for seed in range(3):
-        runs[f"s{seed}_antisymmetric"] = write_run(tmp_path / f"a{seed}", seed=seed,
-                                                   centering="antisymmetric", D_fn=anti)  # fmt: skip
-        runs[f"s{seed}_offset"] = write_run(tmp_path / f"o{seed}", seed=seed, centering="offset",
-                                            D_fn=offset)  # fmt: skip
-    analysis = analyze(runs, tmp_path / "fig")
+    late (continuous at t = 1); the uncentered control: D = t a / 100. Known: n1 slopes -2 and
+    -1, n2 exponents 0.75 and 1.2 (> 1.1: not held), early controls 1.5 and 2; n1's control
+    is the uncentered runs' slope, +1 (not held)."""
+    analysis = analyze(power_law_runs(tmp_path), tmp_path / "fig")
     v = {x.claim.split(":")[0]: x for x in analysis.verdicts}
     assert list(v) == ["n1", "n2", "n1-offset", "n2-offset"]
-    assert v["n1"].status == "held" and v["n1"].per_seed == pytest.approx((-2.0,) * 3)
-    assert v["n1"].control.status == "not held" and v["n1"].control.measured == pytest.approx(0)
-    assert v["n2"].status == "held" and v["n2"].per_seed == pytest.approx((0.75,) * 3)
+    assert v["n1"].status == "held" and v["n1"].per_seed == pytest.approx((-2.0,) * 5)
+    assert v["n1"].interval == pytest.approx((-2.0, -2.0)) and v["n1"].n_seeds == 5
+    for claim in ("n1", "n1-offset"):  # read from the s*_none runs
+        assert v[claim].control.status == "not held"
+        assert v[claim].control.measured == pytest.approx(1.0)
+        assert v[claim].control.kind == "ablation" and v[claim].precondition.met
+    assert v["n2"].status == "held" and v["n2"].per_seed == pytest.approx((0.75,) * 5)
     assert v["n2"].control.measured == pytest.approx(1.5)
-    assert v["n1-offset"].per_seed == pytest.approx((-1.0,) * 3)
+    assert v["n1-offset"].status == "held" and v["n1-offset"].per_seed == pytest.approx((-1.0,) * 5)
     assert v["n2-offset"].status == "not held" and v["n2-offset"].measured == pytest.approx(1.2)
     assert v["n2-offset"].control.measured == pytest.approx(2.0)
+    assert v["n1"].threshold == PROTOCOL.claim("n1").threshold
     assert len(analysis.figures) == 1
+
+
+def test_a_control_that_also_falls_like_one_over_alpha_makes_n1_inconclusive(tmp_path):
+    """If the uncentered net's D fell like 1/alpha too, the slope could not tell the centered
+    net from its ablation: n1 then reads inconclusive, not held."""
+    analysis = analyze(power_law_runs(tmp_path, none_fn=offset), tmp_path / "fig")
+    n1 = analysis.verdicts[0]
+    assert n1.control.status == "held" and n1.status == "inconclusive"
+
+
+def test_an_arm_that_does_not_fit_its_targets_fails_n1s_precondition(tmp_path):
+    """The uncentered control that never fits (residual stays at its start): n1 and n1-offset
+    inconclusive on the precondition; n2 reads only its own arm and is judged."""
+    analysis = analyze(power_law_runs(tmp_path, fit=False), tmp_path / "fig")
+    v = {x.claim.split(":")[0]: x for x in analysis.verdicts}
+    assert not v["n1"].precondition.met and v["n1"].status == "inconclusive"
+    assert v["n1"].precondition.measured == pytest.approx(1.0)
+    assert v["n2"].precondition.met and v["n2"].status == "held"
 
 
 def test_presets_validate_and_build_the_planned_runs():
     assert studies.get("ntk-lazy-validity") is STUDY
     fast = {s.name: s.config for s in build_runs(STUDY.preset("fast"))}
-    assert list(fast) == [f"s{k}_{c}" for k in range(3) for c in ("antisymmetric", "offset")]
+    assert list(fast) == [
+        f"s{k}_{c}" for k in range(5) for c in ("antisymmetric", "offset", "none")]  # fmt: skip
     assert {c.loop.steps for c in fast.values()} == {5000}
+    assert fast["s3_none"].model_copy(update={"centering": "offset"}) == fast["s3_offset"]
     assert {c.seed for c in build_runs(STUDY.preset("fast"), seed=1000)
-            for c in [c.config]} == {1000, 1001, 1002}  # fmt: skip
+            for c in [c.config]} == {1000, 1001, 1002, 1003, 1004}  # fmt: skip
     paper = {s.name: s.config for s in build_runs(STUDY.preset("paper"))}
-    assert len(paper) == 11 and paper["eta_half"].loop.steps == 100_000
+    assert len(paper) == 16 and paper["eta_half"].loop.steps == 100_000
     assert paper["eta_half"].lr == pytest.approx(5e-3)
     with pytest.raises(ValidationError, match="alphas must all be > 0"):
         LazyRun(loop=loop(1), alphas=[1.0, -2.0])

@@ -6,6 +6,8 @@ Glossary:
     g(w; x):  ``v^T tanh(W x / sqrt(d_in)) / sqrt(m)`` (:class:`dynascope.nn.mlp.MLP`, NTK
               parametrization, depth 1, no bias).
     h(w):     ``[N]`` outputs on the training inputs, ``h(w0) = 0`` by centering.
+    centering: ``antisymmetric`` or ``offset`` give ``h(w0) = 0`` (the paper's setting);
+              ``none`` is the plain net ``h = g`` (``h(w0) != 0``), the ablation control.
     hbar(w):  the linearized twin ``h(w0) + Dh(w0)(w - w0)`` (the map of
               :func:`dynascope.probes.linearize`, as products with ``Dh(w0)``).
     alpha:    the output scale; objective ``L(w) = ||alpha h(w) - f*||^2 / (2 alpha^2)``.
@@ -40,7 +42,10 @@ class LazyRun(EngineRunConfig):
     d_in: int = Field(5, ge=1)
     n_train: int = Field(32, ge=1, description="N training inputs")
     activation: Literal["tanh", "relu", "gelu"] = "tanh"
-    centering: Literal["antisymmetric", "offset"] = "antisymmetric"
+    centering: Literal["antisymmetric", "offset", "none"] = Field(
+        "antisymmetric",
+        description="h(w0) = 0 by two copies or by an offset; none: h = g (the ablation)",
+    )
     target_std: float = Field(1.0, gt=0, description="f* ~ N(0, target_std^2 I)")
     alphas: list[float] = Field(min_length=1, description="output scales (each > 0)")
     lr: float = Field(1e-2, gt=0, description="GD step eta (time t = eta * step)")
@@ -72,11 +77,15 @@ def two_layer(w: dict[str, Tensor], x: Tensor, activation: str, scale: float = 1
 
 
 def build_h(config: LazyRun, generator: torch.Generator, dtype: torch.dtype):
-    """``(h_fn, w0)``: ``h_fn(w, x) -> [n, 1]`` with ``h(w0) = 0`` on every input.
+    """``(h_fn, w0)``: ``h_fn(w, x) -> [n, 1]``, with ``h(w0) = 0`` on every input unless
+    ``centering`` is ``none``.
 
     Weights as :class:`dynascope.nn.mlp.MLP` draws them (NTK parametrization: N(0, 1)).
     ``antisymmetric``: two copies with identical initial weights, ``h = (g(w_a) - g(w_b)) /
     sqrt(2)``, both trained. ``offset``: ``h = g(w) - g(w0; x)`` with ``g(w0)`` frozen.
+    ``none``: ``h = g(w)``, so ``alpha h(w0) = O(alpha)``: the initial residual grows with
+    alpha and the bound ``C T / alpha`` (which carries it) no longer falls (Chizat, Oyallon &
+    Bach 2019, Sec. 2; the ablation of S11's ``h(w0) = 0``).
     """
     net = MLP(config.d_in, config.width, 1, depth=1, parametrization="ntk",
               activation=config.activation, generator=generator, dtype=dtype)  # fmt: skip
@@ -92,6 +101,13 @@ def build_h(config: LazyRun, generator: torch.Generator, dtype: torch.dtype):
 
         return h_fn, {k: v.clone() for k, v in w0.items()}
 
+    if config.centering == "none":
+
+        def h_plain(w: dict[str, Tensor], x: Tensor) -> Tensor:
+            return two_layer(w, x, act)
+
+        return h_plain, {k: v.clone() for k, v in base.items()}
+
     def h_offset(w: dict[str, Tensor], x: Tensor) -> Tensor:
         return two_layer(w, x, act) - two_layer({k: v.to(x) for k, v in base.items()}, x, act)
 
@@ -101,8 +117,9 @@ def build_h(config: LazyRun, generator: torch.Generator, dtype: torch.dtype):
 class LazyPair(nn.Module):
     """The trained weights ``w`` (parameters) and the twin's ``wbar`` (buffers), ``[A, ...]``
     for A alphas, with the running sups the step keeps (``d_sup``, ``move_sup``,
-    ``oracle_sup`` ``[A]``) and the closed-form twin output ``closed`` ``[N]``: all of it is
-    in the state dict, so a checkpoint resumes the sups exactly."""
+    ``oracle_sup`` ``[A]``) and the closed-form twin output ``closed`` ``[A, N]`` (``alpha
+    h(w0)`` at the start: 0 when centered): all of it is in the state dict, so a checkpoint
+    resumes the sups exactly."""
 
     def __init__(self, w0: dict[str, Tensor], n_alphas: int, n_train: int) -> None:
         super().__init__()
@@ -114,7 +131,7 @@ class LazyPair(nn.Module):
         dtype = next(iter(w0.values())).dtype
         for name in ("d_sup", "move_sup", "oracle_sup"):
             self.register_buffer(name, torch.zeros(n_alphas, dtype=dtype))
-        self.register_buffer("closed", torch.zeros(n_train, dtype=dtype))
+        self.register_buffer("closed", torch.zeros(n_alphas, n_train, dtype=dtype))
 
     def weights(self) -> dict[str, Tensor]:
         return dict(self.w.items())
@@ -173,19 +190,25 @@ class LazyStep:
         loss = 0.5 * ((r / self.scale) ** 2).sum()  # sum over alpha of L_alpha
         grads = torch.autograd.grad(loss, list(model.w.values()))
         with torch.no_grad():
-            _take_sups(model, out.detach(), out_lin)
+            _take_sups(model, out.detach(), out_lin, self.start())
             eta = self.lr * ctx.lr_factor
             for p, g in zip(model.w.values(), grads, strict=True):
                 p.sub_(eta * g)
             for k, g_lin in self.twin_gradient(out_lin).items():
                 model.bar.get_buffer(k).sub_(eta * g_lin)
-            model.closed.copy_(self.f_star - self.step_matrix @ (self.f_star - model.closed))
+            # alpha hbar_t = f* - (I - eta K)^t (f* - alpha h(w0)), rows per alpha (K symmetric)
+            model.closed.copy_(self.f_star - (self.f_star - model.closed) @ self.step_matrix)
         return loss.detach()
 
+    def start(self) -> Tensor:
+        """``alpha h(w0)`` ``[A, N]`` (0 when centered)."""
+        return self.scale * self.h0
 
-def _take_sups(model: LazyPair, out: Tensor, out_lin: Tensor) -> None:
+
+def _take_sups(model: LazyPair, out: Tensor, out_lin: Tensor, start: Tensor) -> None:
     model.d_sup.copy_(torch.maximum(model.d_sup, torch.linalg.vector_norm(out - out_lin, dim=-1)))
-    model.move_sup.copy_(torch.maximum(model.move_sup, torch.linalg.vector_norm(out, dim=-1)))
+    moved = torch.linalg.vector_norm(out - start, dim=-1)
+    model.move_sup.copy_(torch.maximum(model.move_sup, moved))
     err = (out_lin - model.closed).abs().amax(-1)
     model.oracle_sup.copy_(torch.maximum(model.oracle_sup, err))
 
@@ -201,7 +224,8 @@ def build_lazy(config: LazyRun, streams: SeedStreams) -> Parts:
     Probes (``[A]`` tensors, at steps 0-9 and every ``probe_every`` steps; the sups cover every
     step): ``D`` = sup ``||alpha h - alpha hbar||_2``, ``move`` = sup ``||alpha h||_2`` (the
     function's own movement from ``alpha h(w0) = 0``), ``oracle_error`` = sup ``max_i |alpha
-    hbar_t - (f* - (I - eta K)^t f*)|_i`` (K = Dh Dh^T, the eNTK at w0), ``param_dist``
+    hbar_t - (f* - (I - eta K)^t (f* - alpha h(w0)))|_i`` (K = Dh Dh^T, the eNTK at w0;
+    ``move`` and the closed form start from ``alpha h(w0)``, 0 when centered), ``param_dist``
     ``||w - w0||``, ``residual`` ``||alpha h - f*||``; at step 0 ``lr_lambda_max`` (``eta
     lambda_max(K)``, < 2 for stable GD); on ``kernel_points`` log-spaced steps
     ``ntk.relative_change`` of h's eNTK.
@@ -217,13 +241,14 @@ def build_lazy(config: LazyRun, streams: SeedStreams) -> Parts:
     model = LazyPair(w0, len(alphas), config.n_train)
     w0b = {k: v.detach().clone() for k, v in model.w.items()}
     step = LazyStep(h_fn, w0b, x, f_star, alphas, config.lr, K0)
+    model.closed.copy_(step.start())
 
     @torch.no_grad()
     def lazy(model: LazyPair, ctx: object) -> dict:
         out, out_lin = step.outputs(model)
         out = out.detach()
         d = torch.maximum(model.d_sup, torch.linalg.vector_norm(out - out_lin, dim=-1))
-        move = torch.maximum(model.move_sup, torch.linalg.vector_norm(out, dim=-1))
+        move = torch.maximum(model.move_sup, torch.linalg.vector_norm(out - step.start(), dim=-1))
         oracle = torch.maximum(model.oracle_sup, (out_lin - model.closed).abs().amax(-1))
         values = {"D": d, "move": move, "oracle_error": oracle,
                   "param_dist": _dist(model.weights(), w0b),

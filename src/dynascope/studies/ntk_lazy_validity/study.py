@@ -10,6 +10,7 @@ from dynascope.studies.base import RunSpec, Study
 from dynascope.train import Loop
 
 from .analysis import analyze
+from .protocol import PROTOCOL
 from .runs import LazyRun, build_lazy
 
 __all__ = ["CLAIM", "SOURCE", "STUDY", "NTKLazyValidityPreset", "build_runs"]
@@ -26,7 +27,8 @@ SOURCE = (
 
 
 class NTKLazyValidityPreset(BaseModel):
-    """A preset: the base run (its alphas), T, the centerings, the eta/2 check, seeds."""
+    """A preset: the base run (its alphas), T, the centerings, the eta/2 check, seeds; every
+    seed also trains the uncentered net (``centering = none``), n1's ablation control."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -36,7 +38,7 @@ class NTKLazyValidityPreset(BaseModel):
         default_factory=lambda: ["antisymmetric", "offset"], min_length=1
     )
     eta_check_alpha: float | None = Field(None, description="alpha of the eta/2 run (None: none)")
-    seeds: int = Field(3, ge=1)
+    seeds: int = Field(5, ge=1, description="seeds per arm (fast and paper: >= 5)")
 
 
 def _loop(steps: int) -> Loop:
@@ -51,11 +53,12 @@ def smoke() -> NTKLazyValidityPreset:
     """Seconds: width 16, N = 8, alpha in {8, 16, 32}, 100 steps (T = 1), 3 seeds."""
     base = LazyRun(loop=_loop(100), width=16, n_train=8, alphas=[8.0, 16.0, 32.0],
                    kernel_points=3)  # fmt: skip
-    return NTKLazyValidityPreset(base=base, horizon=1.0)
+    return NTKLazyValidityPreset(base=base, horizon=1.0, seeds=3)
 
 
 def fast() -> NTKLazyValidityPreset:
-    """S11's system: 6 alphas x 5,000 steps (T = 50) per centering, 3 seeds."""
+    """S11's system: 6 alphas x 5,000 steps (T = 50) per centering and for the uncentered
+    control, 5 seeds."""
     return NTKLazyValidityPreset(base=LazyRun(loop=_loop(5000), alphas=ALPHAS))
 
 
@@ -68,13 +71,14 @@ def paper() -> NTKLazyValidityPreset:
 
 
 def build_runs(preset: NTKLazyValidityPreset, seed: int = 0) -> list[RunSpec]:
-    """Per seed, one run per centering (all alphas batched, steps = T / eta); then the eta/2
-    run (first centering, alpha = ``eta_check_alpha``, 2 T / eta steps) when asked."""
+    """Per seed, one run per centering and one uncentered (``s{k}_none``, n1's control; all
+    alphas batched, steps = T / eta); then the eta/2 run (first centering, alpha =
+    ``eta_check_alpha``, 2 T / eta steps) when asked."""
     base = preset.base
     steps = int(round(preset.horizon / base.lr))
     specs = []
     for s in range(preset.seeds):
-        for centering in preset.centerings:
+        for centering in (*preset.centerings, "none"):
             cfg = base.model_copy(update={"seed": base.seed + seed + s, "loop": _loop(steps),
                                           "centering": centering})  # fmt: skip
             specs.append(RunSpec(f"s{s}_{centering}", cfg, build_lazy))
@@ -97,4 +101,5 @@ STUDY = Study(
     presets={"smoke": smoke, "fast": fast, "paper": paper},
     build_runs=build_runs,
     analyze=analyze,
+    protocol=PROTOCOL,
 )
