@@ -82,15 +82,16 @@ def test_study_run_all_prints_the_suite_table_and_study_table_writes_markdown(
     text = docs.read_text()
     assert "`dynascope study run --all --preset smoke`" in text
     row = (
-        r"^\| stub-a \| s1 \| (held|not held) \| -?[0-9.e+-]+ \| unknown 0 \| no seeds \| "
+        r"^\| stub-a \| s1 \| (held|not held) \| -?[0-9.e+-]+ \| unknown 0 \| no interval \| "
         r"no control \| [0-9.]+ \| sum of last x \|$"
     )  # the stub's verdicts are legacy: no seeds, no control, no direction in their detail
     assert re.search(row, text, re.M)
     # one of two finished
     assert (
-        "| stub-b | s2 | held | 1 | unknown 1 | no seeds | no control |  | finished runs |" in text
+        "| stub-b | s2 | held | 1 | unknown 1 | no interval | no control |  | finished runs |"
+        in text
     )
-    assert "4 without seeds or control" in text  # 2 studies x 2 claims
+    assert "0 of them identity checks; 0 amended" in text  # legacy stubs: no protocol
 
     del stub_registry["stub-b"]
     stub_registry["stub-c"] = stub_registry["stub-a"]  # registered, never run here
@@ -236,8 +237,8 @@ def test_study_run_prints_status_spread_control_and_why_inconclusive(stub_regist
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())
     assert "stub-a (smoke, seed 7): inconclusive" in text
-    assert "j1 │ inconclusive" in text and ">= -100" in text and "(-999)" in text
-    assert "j1: inconclusive: only 2 of 2 seeds finite (need 3)" in text
+    assert "j1 │ inconclusive" in text and ">= -100" in text and "(-999" in text
+    assert "j1: inconclusive: only 2 of 2 seeds finite (need 5)" in text
     data = json.loads((out / "verdict.json").read_text())
     assert data["seed"] == 7 and data["status"] == "inconclusive"
     assert data["claims"][0]["control"]["status"] == "inconclusive"  # two seeds: not judged

@@ -568,7 +568,7 @@ def _status_markup(status: str | None) -> str:
     return _STATUS_STYLE.get(status, f"[yellow]{status}[/]")
 
 
-_SUITE_WRAPPING = ("claim", "spread", "control")  # the suite table's free-text columns
+_SUITE_WRAPPING = ("claim", "interval", "control")  # the suite table's free-text columns
 
 
 def _print_suite(suite_dir: Path, names: list[str], preset: str) -> None:
@@ -576,7 +576,8 @@ def _print_suite(suite_dir: Path, names: list[str], preset: str) -> None:
 
     rows = suite_rows(suite_dir, names, preset)
     table = Table(title=f"suite ({preset}): {suite_dir}")
-    columns = ("study", "claim", "status", "measured", "threshold", "spread", "control", "seconds")
+    columns = ("study", "claim", "status", "measured", "threshold", "interval", "control",
+               "seconds")  # fmt: skip
     for column in columns:  # names and numbers never fold, even in a narrow terminal
         table.add_column(column, overflow="fold", no_wrap=column not in _SUITE_WRAPPING)
     for r in rows:
@@ -586,7 +587,7 @@ def _print_suite(suite_dir: Path, names: list[str], preset: str) -> None:
         threshold = "" if math.isnan(r["threshold"]) else f"{r['direction']} {r['threshold']:.4g}"
         table.add_row(
             r["study"], r["claim"], _status_markup(r["status"]), measured, threshold,
-            r["spread"], r["control"], seconds,
+            r["interval"], r["control"], seconds,
         )  # fmt: skip
     _print_table(table)
 
@@ -843,24 +844,24 @@ def _print_inspect_summary(frame, path: Path) -> None:
 
 
 def _print_verdicts(outcome) -> None:
-    from dynascope.report.suite import control_cell, spread_cell
+    from dynascope.report.suite import claim_cell, control_cell, interval_cell
 
     seed = "" if outcome.seed is None else f", seed {outcome.seed}"
     table = Table(
         title=f"{outcome.study} ({outcome.preset}{seed}): {outcome.status} "
         f"in {outcome.seconds:.0f} s"
     )
-    for column in ("claim", "status", "measured", "threshold", "spread", "control"):
+    for column in ("claim", "status", "measured", "threshold", "interval (95 %)", "control"):
         table.add_column(column)
     for v in outcome.claims:
         measured = "nan" if math.isnan(v.measured) else f"{v.measured:.4g}"
         data = v.to_json()
         table.add_row(
-            v.claim.split(":")[0],
+            claim_cell(data),
             _status_markup(v.status),
             measured,
             f"{v.direction} {v.threshold:g}",
-            spread_cell(data),
+            interval_cell(data),
             control_cell(data),
         )
     console.print(table)

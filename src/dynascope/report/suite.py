@@ -69,7 +69,7 @@ def interval_cell(claim: dict[str, Any]) -> str:
     ``claim`` is one entry of ``verdict.json``'s ``claims``; a verdict stored before interval
     statuses has none (``no interval``).
     """
-    if "interval" not in claim:
+    if "interval" not in claim or claim.get("legacy"):
         return "no interval"
     return f"{_interval(claim['interval'])}, n = {claim.get('n_seeds', 0)}"
 
