@@ -20,7 +20,8 @@ from dynascope.studies.weight_decay_low_rank.analysis import (
 )
 from dynascope.studies.weight_decay_low_rank.runs import build_toy
 from dynascope.tasks import MatrixFactorization
-from dynascope.train import Loop, run_members
+from dynascope.train import Loop
+from dynascope.train.runs import run_members
 
 
 def _toy_config(seed: int = 0, **fields) -> ToyRun:
@@ -28,15 +29,24 @@ def _toy_config(seed: int = 0, **fields) -> ToyRun:
                   **fields)  # fmt: skip
 
 
+def _train_toys(root, penalty: str) -> list:
+    runs = []
+    for seed in range(5):  # the contract's five seeds
+        config = _toy_config(seed, fine_lambdas=0 if seed else 41, penalty=penalty)
+        run_members(build_toy, config, root / f"{penalty}_s{seed}")
+        runs.append(load_run(root / f"{penalty}_s{seed}"))
+    return runs
+
+
 @pytest.fixture(scope="module")
 def toy_runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("toy")
-    runs = []
-    for seed in range(3):
-        run_members(build_toy, _toy_config(seed, fine_lambdas=0 if seed else 41),
-                    root / f"a_toy_s{seed}")  # fmt: skip
-        runs.append(load_run(root / f"a_toy_s{seed}"))
-    return runs
+    return _train_toys(tmp_path_factory.mktemp("toy"), "factors")
+
+
+@pytest.fixture(scope="module")
+def product_runs(tmp_path_factory):
+    """The ablation: the same λ on the product ABᵀ instead of the factors."""
+    return _train_toys(tmp_path_factory.mktemp("product"), "product")
 
 
 @pytest.fixture(scope="module")
@@ -94,23 +104,33 @@ def test_one_gd_step_obeys_the_exact_imbalance_identity():
     torch.testing.assert_close(M1, expected, rtol=0, atol=1e-12)
 
 
-def test_toy_verdicts_hold_over_three_seeds_and_their_controls_fail(toy_runs, tmp_path):
-    verdicts, figures, rows = _toy(toy_runs, tmp_path)
+def test_toy_verdicts_hold_over_five_seeds_and_their_ablations_fail(
+    toy_runs, product_runs, tmp_path
+):
+    verdicts, figures, rows = _toy(toy_runs, product_runs, tmp_path)
     assert [v.status for v in verdicts] == ["held"] * 3
     assert [v.control.status for v in verdicts] == ["not held"] * 3
-    assert all(len(v.per_seed) == 3 for v in verdicts)
+    assert all(len(v.per_seed) == 5 and v.n_seeds == 5 for v in verdicts)
+    assert all(v.control.kind == "ablation" and v.control.n_seeds == 5 for v in verdicts)
     assert all(p.is_file() for p in figures)
-    # the λ = 0 control: slope ~0 (ratio ~1 away), gap open, no shrinkage
-    for v, bound in zip(verdicts, (0.5, 1e-3, 0.04), strict=True):
+    # the product penalty: balancedness conserved (rate ratio ~1 away), gap open, shrinkage
+    # d/(1 + cλ) instead of the soft threshold (>= 0.02 off for the gated modes of the grid)
+    for v, bound in zip(verdicts, (0.5, 1e-3, 0.02), strict=True):
         assert min(v.control.per_seed.values()) > bound
 
 
-def test_toy_control_holds_when_every_lambda_is_zero(tmp_path):
-    """A grid with λ = 0 only: nothing decays, the claim's metric cannot be measured (NaN) and
-    the a2 control (gap at λ = 0) stays open."""
-    run_members(build_toy, _toy_config(0, lambdas=[0.0, 0.0], fine_lambdas=0), tmp_path / "r")
-    m = toy_seed_metrics(load_run(tmp_path / "r"))
-    assert math.isnan(m["a1"]) and math.isnan(m["a2"]) and m["a2_control"] > 1e-3
+def test_product_penalty_conserves_balancedness_and_shrinks(product_runs):
+    """Theory of the ablation (tasks/matrix_factorization.py): with λ on ABᵀ the loss depends on
+    ABᵀ alone, so gradient flow conserves AᵀA − BᵀB (GD drifts by O(η²)), and σ_i ends at
+    d_i / (1 + cλ)."""
+    run = product_runs[0]
+    lambdas = run.tensors("lambdas")[1][0]
+    _, bal = run.tensors("balancedness")
+    _, sigma = run.tensors("sigma")
+    np.testing.assert_allclose(bal[-1] / bal[0], 1.0, rtol=0.2)  # vs e^{-2ηλT} ≈ 0 at λ = 0.8
+    d = np.array(sorted(MatrixFactorization().diag, reverse=True))
+    expected = d[None, :] / (1 + 0.5 * lambdas[:, None])
+    np.testing.assert_allclose(sigma[-1], expected, atol=1e-6)
 
 
 def test_fit_is_nan_without_enough_points():
@@ -123,7 +143,8 @@ def test_presets_validate_and_match_the_registry():
     for name in ("smoke", "fast", "paper"):
         specs = build_runs(STUDY.preset(name))
         assert specs[0].name == "a_toy_s0"
-        assert {s.name for s in specs} >= {"c_lm_uniform_s0", "c_lm_decoupled_s2"}
+        assert {s.name for s in specs} >= {"c_lm_uniform_s0", "c_lm_decoupled_s2",
+                                           "c_lm_control_s2", "a_product_s2"}  # fmt: skip
     with pytest.raises(ValueError, match="preset must be one of smoke, fast, paper"):
         STUDY.preset("huge")
     with pytest.raises(ValueError, match="unknown study 'nope'"):
@@ -143,12 +164,20 @@ def test_fast_preset_conditions_differ_only_in_what_they_study():
              for n, r in runs.items() if n.startswith("b_") and n.endswith("_s0")}  # fmt: skip
     assert decay == {"b_recall_wd0_s0": (0.0, 0.01), "b_recall_wd1_s0": (1.0, 0.01),
                      "b_recall_control_s0": (0.0, 1.0)}  # fmt: skip
-    # three seeds per arm, one ensemble per arm, the same seeds in every arm
+    control = runs["c_lm_control_s0"].optimizer.weight_decay
+    assert (control.attention, control.matrices) == (1.0, 0.0)  # decay lifted off the others
+    # five seeds per arm, one ensemble per arm, the same seeds in every arm
     groups = {}
     for spec in specs.values():
         groups.setdefault(spec.group or spec.name, []).append(spec.config.seed)
-    assert all(seeds == [0, 1, 2] for name, seeds in groups.items() if not name.startswith("a_"))
-    assert sorted(s.config.seed for s in specs.values() if s.name.startswith("a_")) == [0, 1, 2]
+    assert all(seeds == list(range(5)) for name, seeds in groups.items()
+               if not name.startswith("a_"))  # fmt: skip
+    for arm in ("a_toy", "a_product"):
+        toys = [s.config for s in specs.values() if s.name.startswith(arm)]
+        assert sorted(c.seed for c in toys) == list(range(5))
+    assert {s.config.penalty for s in specs.values() if s.name.startswith("a_product")} == {
+        "product"
+    }
 
 
 def test_smoke_preset_end_to_end(tmp_path):
@@ -171,6 +200,10 @@ def test_smoke_preset_end_to_end(tmp_path):
         assert isinstance(claim["passed"], bool)
         assert claim["status"] in ("held", "not held", "inconclusive") and not claim["legacy"]
         assert len(claim["seeds"]) == 3 and claim["control"]["status"] is not None
+        assert claim["control"]["kind"] == "ablation" and claim["n_seeds"] <= 3
+        assert claim["status"] == "inconclusive"  # three smoke seeds: below the contract's five
+    assert data["protocol"]["sha256"] == STUDY.protocol.sha256
+    assert len(data["protocol"]["amendments"]) == len(STUDY.protocol.amendments)
     assert all(r["status"] == "finished" for r in data["runs"])
     assert (tmp_path / "report.html").read_text().count("data:image/png;base64") == 5
     assert len(list((tmp_path / "figures").glob("*.png"))) == 5

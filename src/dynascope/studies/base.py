@@ -36,8 +36,9 @@ import torch
 from pydantic import BaseModel
 
 from dynascope.store import Run, RunLockedError, load_run, safe_name, stored_run
-from dynascope.train._runtime import torch_threads
+from dynascope.train import Parts, SeedStreams
 
+from .protocol import Protocol
 from .verdict import Verdict
 
 if TYPE_CHECKING:
@@ -148,6 +149,7 @@ class StudyOutcome:
     out: Path
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     seed: int | None = None
+    protocol: Protocol | None = None
 
     @property
     def passed(self) -> bool:
@@ -167,6 +169,12 @@ class StudyOutcome:
             "seed": self.seed,
             "status": self.status,
             "passed": self.passed,
+            "protocol": None
+            if self.protocol is None
+            else {
+                "sha256": self.protocol.sha256,
+                "amendments": [a.to_json() for a in self.protocol.amendments],
+            },
             "claims": [v.to_json() for v in self.claims],
             "runs": self.runs,
             "tables": self.tables,
@@ -184,6 +192,7 @@ class Study:
     presets: dict[str, Callable[[], BaseModel]]
     build_runs: Callable[[BaseModel, int], list[RunSpec]]
     analyze: Callable[[dict[str, Run], Path], Analysis]
+    protocol: Protocol | None = None
 
     def preset(self, name: str) -> BaseModel:
         """The preset config called ``name``.
@@ -364,15 +373,19 @@ class Study:
         figures_dir = out / "figures"
         figures_dir.mkdir(exist_ok=True)
         analysis = self.analyze(runs, figures_dir)
+        verdicts = analysis.verdicts
+        if self.protocol is not None:
+            verdicts = self.protocol.check(verdicts)
         outcome = StudyOutcome(
             study=self.name,
             preset=preset,
-            claims=analysis.verdicts,
+            claims=verdicts,
             runs=run_rows,
             seconds=seconds(),
             out=out,
             tables=analysis.tables,
             seed=_base_seed(out),
+            protocol=self.protocol,
         )
         (out / "verdict.json").write_text(dump_json(outcome.to_json()))
         from dynascope.report.html import write_study_report

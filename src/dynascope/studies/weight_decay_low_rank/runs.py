@@ -10,6 +10,8 @@ r"""weight-decay-low-rank runs on the engine.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 from pydantic import Field
 from torch import Tensor, nn
@@ -34,6 +36,9 @@ class ToyRun(EngineRunConfig):
     fine_lambdas: int = Field(41, ge=0, description="extra λ grid in [0, 1] for the σ–λ figure")
     init_std: float = Field(0.3, gt=0)
     data_scale: float = Field(1.0, gt=0, description="data term data_scale·‖ABᵀ − D‖²")
+    penalty: Literal["factors", "product"] = Field(
+        "factors", description="λ on the factors (the claim) or on the product (the ablation)"
+    )
 
 
 class FactorPairs(nn.Module):
@@ -67,7 +72,7 @@ def build_toy(config: ToyRun, streams: SeedStreams) -> Parts:
     for every λ), its GD step, and probes: every step the main grid's ``balancedness``,
     ``l2_term``, ``gap``, ``loss`` ``[n_lambda]`` and ``sigma`` ``[n_lambda, 5]``; ``lambdas``
     at step 0; ``fine.lambdas``, ``fine.sigma`` at step 0 and the last step."""
-    task = MatrixFactorization(data_scale=config.data_scale)
+    task = MatrixFactorization(data_scale=config.data_scale, penalty=config.penalty)
     lambdas = torch.tensor(config.lambdas, dtype=torch.float64)
     fine = torch.linspace(0.0, 1.0, config.fine_lambdas, dtype=torch.float64)
     every = torch.cat([lambdas, fine])

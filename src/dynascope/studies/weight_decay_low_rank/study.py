@@ -12,6 +12,7 @@ from dynascope.studies.base import RunSpec, Study
 from dynascope.train import Loop, build_registry
 
 from .analysis import analyze
+from .protocol import PROTOCOL
 from .runs import ToyRun, build_toy
 
 __all__ = ["CLAIM", "STUDY", "WeightDecayLowRankPreset", "build_runs"]
@@ -96,8 +97,8 @@ def smoke() -> WeightDecayLowRankPreset:
 
 
 def fast() -> WeightDecayLowRankPreset:
-    """3 toy seeds, 3 recall arms × 3 seeds (1000 steps, batch 64, lr 1e-2), 2 LM arms × 3
-    seeds (600 steps, batch 16, n_ctx 32); chosen on calibration seeds 10000 and 20000 for
+    """5 seeds per arm: toy (factor and product penalty), 3 recall arms (1000 steps, batch 64,
+    lr 1e-2), 3 LM arms (600 steps, batch 16, n_ctx 32); sizes chosen on calibration seeds 10000 and 20000 for
     cost (<= 180 s CPU) and for learning recall, docs/studies/weight-decay-low-rank.md."""
     return WeightDecayLowRankPreset(
         toy=_toy(),
@@ -105,6 +106,7 @@ def fast() -> WeightDecayLowRankPreset:
         recall_lambda=1.0,
         lm=_lm_run(d_model=64, n_heads=4, n_ctx=32, steps=600, batch_size=16),
         lm_lambda=1.0,
+        seeds=5,
     )
 
 
@@ -137,14 +139,16 @@ def _arm(base: RunConfig, name: str, overrides: list[str], seeds: list[int]) -> 
 
 
 def build_runs(preset: WeightDecayLowRankPreset, seed: int = 0) -> list[RunSpec]:
-    """Toy runs (one per seed); recall arms λ_attn = 0, λ_attn = λ and the control (λ_attn = 0,
-    decay λ on the other matrices); LM arms uniform (λ everywhere) and decoupled (λ_attn = 0).
-    Seeds ``seed + k``, k < ``preset.seeds``; one ensemble per arm."""
+    """Toy runs (one per seed) with λ on the factors and, the ablation, on the product; recall
+    arms λ_attn = 0, λ_attn = λ and the control (λ_attn = 0, decay λ on the other matrices); LM
+    arms uniform (λ everywhere), decoupled (λ_attn = 0) and the control (λ_other = 0). Seeds ``seed + k``, k < ``preset.seeds``; one ensemble per arm."""
     seeds = [seed + k for k in range(preset.seeds)]
     toy = [
-        RunSpec(f"a_toy_s{k}", preset.toy.model_copy(update={"seed": s}), build_toy)
+        RunSpec(f"a_{arm}_s{k}", preset.toy.model_copy(update={"seed": s, "penalty": penalty}),
+                build_toy)
+        for arm, penalty in (("toy", "factors"), ("product", "product"))
         for k, s in enumerate(seeds)
-    ]
+    ]  # fmt: skip
     lam = preset.recall_lambda
     recall = (
         _arm(preset.recall, "b_recall_wd0", ["optimizer.weight_decay.attention=0.0"], seeds)
@@ -157,12 +161,13 @@ def build_runs(preset: WeightDecayLowRankPreset, seed: int = 0) -> list[RunSpec]
     lam = preset.lm_lambda
     lm = [
         spec
-        for condition, attention in (("uniform", lam), ("decoupled", 0.0))
+        for condition, attention, other in (("uniform", lam, lam), ("decoupled", 0.0, lam),
+                                            ("control", lam, 0.0))
         for spec in _arm(
             preset.lm,
             f"c_lm_{condition}",
             [f"optimizer.weight_decay.attention={attention}",
-             f"optimizer.weight_decay.matrices={lam}"],
+             f"optimizer.weight_decay.matrices={other}"],
             seeds,
         )
     ]  # fmt: skip
@@ -176,4 +181,5 @@ STUDY = Study(
     presets={"smoke": smoke, "fast": fast, "paper": paper},
     build_runs=build_runs,
     analyze=analyze,
+    protocol=PROTOCOL,
 )
