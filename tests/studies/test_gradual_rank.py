@@ -20,6 +20,7 @@ from dynascope.studies.gradual_rank import (
     build_runs,
     build_toy,
     find_drops,
+    midpoint_rise,
     plateaus,
     rescaled_time,
     switched_on,
@@ -89,10 +90,19 @@ def test_switched_on_counts_entries_past_half_their_final_change():
 STAGES = (10.0, 20.0, 30.0)
 
 
-def _toy_store(path, *, ov_second_with_first: bool = False, seed: int = 0):
+def _toy_store(
+    path,
+    *,
+    ov_second_with_first: bool = False,
+    seed: int = 0,
+    control_stages: bool = False,
+    control_fits: bool = True,
+):
     """A toy run whose traces are smooth steps in τ at ``STAGES`` for α = 1e-2 and 1e-3: loss
     falls 2 nats at each stage; entry k of qk and ov switches on at stage k (ov entry 1 with
-    entry 0 when ``ov_second_with_first``). α = 1 (the control) learns smoothly: no stages."""
+    entry 0 when ``ov_second_with_first``). α = 1 (the control) learns smoothly: no stages
+    (unless ``control_stages``: then it learns in the same stages, in η t; ``control_fits``
+    False: its loss stays at its start)."""
     loop = Loop(steps=6000, log_every=10, dtype="float64")
     cfg = ToyRun(seed=seed, loop=loop, n_ctx=4, d_model=4, n_seq=4, alphas=[1.0, 1e-2, 1e-3])
     c = np.array([2.0, 1.0, 0.5, 0.0])
@@ -103,23 +113,26 @@ def _toy_store(path, *, ov_second_with_first: bool = False, seed: int = 0):
                 [cfg.lr * step] + [rescaled_time(np.array(step), cfg.lr, a) for a in (1e-2, 1e-3)]
             )
             on = np.stack([_sigmoid((tau - t) / 0.2) for t in STAGES], axis=1)  # [α, 3]
-            on[0] = 1 - np.exp(-tau[0] / 20)  # α = 1: every entry together, slowly
+            if not control_stages:
+                on[0] = 1 - np.exp(-tau[0] / 20)  # α = 1: every entry together, slowly
             loss = np.exp(-2 * on.sum(axis=1))
+            if not control_fits:
+                loss[0] = 1.0
             qk = np.zeros((3, 4))
             qk[:, :3] = c[:3] * on
             ov = qk.copy()
             if ov_second_with_first:
                 ov[1:, 1] = c[1] * on[1:, 0]
-            store.log(
-                step,
-                {"loss": torch.tensor(loss), "qk": torch.tensor(qk), "ov": torch.tensor(ov)},
-            )
+            row = {"loss": torch.tensor(loss), "qk": torch.tensor(qk), "ov": torch.tensor(ov)}
+            if step == 0:
+                row["teacher"] = torch.tensor(c)
+            store.log(step, row)
         store.set_status(loop.steps, "finished")
     return load_run(path)
 
 
 def _toys(path, **kwargs):
-    return {f"toy_s{k}": _toy_store(path / f"toy_s{k}", seed=k, **kwargs) for k in range(3)}
+    return {f"toy_s{k}": _toy_store(path / f"toy_s{k}", seed=k, **kwargs) for k in range(5)}
 
 
 def _vit_store(path, srank_by_layer: list[list[float]], seed: int = 0):
@@ -142,13 +155,18 @@ def _vit_store(path, srank_by_layer: list[list[float]], seed: int = 0):
     return load_run(path)
 
 
+def _vits(path):
+    rising = [1.0, 1.2, 1.5, 1.7, 2.0, 2.2, 2.5, 2.8, 3.0]
+    return {f"vit_s{k}": _vit_store(path / f"vit_s{k}", [rising, rising], k) for k in range(5)}
+
+
 def test_analyze_on_hand_built_stores_gives_the_known_verdicts(tmp_path):
     rising = [1.0, 1.2, 1.5, 1.7, 2.0, 2.2, 2.5, 2.8, 3.0]  # ends at 3 <= d_head/4 = 4
     runs = {
         **_toys(tmp_path),
         **{
             f"vit_s{k}": _vit_store(tmp_path / f"vit_s{k}", [rising, [r / 2 for r in rising]], k)
-            for k in range(3)
+            for k in range(5)
         },
     }
     analysis = analyze(runs, tmp_path / "figures")
@@ -157,15 +175,20 @@ def test_analyze_on_hand_built_stores_gives_the_known_verdicts(tmp_path):
     assert by_name["t1"].measured == 4 and by_name["t1"].status == "held"  # 4 plateaus
     assert by_name["t1"].control.measured == 1  # α = 1: no drop, one plateau
     assert by_name["t1"].control.status == "not held"
-    assert by_name["t2"].measured == 1 and by_name["t2"].status == "held"  # +1 at each drop
+    assert by_name["t2"].measured == 1 and by_name["t2"].status == "held"  # +1 at each stage
+    # the control is the α = 1 arm: one plateau, so its one stage switches on all 3 entries
     assert by_name["t2"].control.measured == 3 and by_name["t2"].control.status == "not held"
+    assert by_name["t2"].control.kind == "ablation" and by_name["t2"].n_seeds == 5
+    assert by_name["t2"].interval == pytest.approx((1.0, 1.0))
+    assert all(v.precondition.met for v in analysis.verdicts)
+    assert by_name["t1"].precondition.measured == pytest.approx(np.exp(-6.0), rel=1e-3)
     assert by_name["t3"].measured < 0.01 and by_name["t3"].status == "held"  # same τ stages
     assert by_name["t3"].control.measured == pytest.approx(1 / 3)  # 1 − log 1e2 / log 1e3
     assert by_name["v1-rise"].measured == pytest.approx(1.0) and by_name["v1-rise"].passed
     assert by_name["v1-rise"].control.status == "not held"  # time order shuffled
     assert by_name["v1-end"].measured == pytest.approx(3.0 / 16) and by_name["v1-end"].passed
     assert by_name["v1-end"].control.measured > 0.4  # isotropic 32 × 32: srank ≈ 32/4 = 8
-    assert list(by_name["v1-end"].seeds) == [0, 1, 2]
+    assert list(by_name["v1-end"].seeds) == [0, 1, 2, 3, 4]
     assert all(p.is_file() for p in analysis.figures) and len(analysis.figures) == 4
 
 
@@ -177,7 +200,7 @@ def test_analyze_reports_a_double_switch_on_and_a_falling_rank_as_failures(tmp_p
             f"vit_s{k}": _vit_store(
                 tmp_path / f"vit_s{k}", [[1, 2, 3, 3, 3, 3, 3, 3, 3], falling], k
             )
-            for k in range(3)
+            for k in range(5)
         },
     }
     by_name = {v.claim.split(":")[0]: v for v in analyze(runs, tmp_path / "f").verdicts}
@@ -185,6 +208,47 @@ def test_analyze_reports_a_double_switch_on_and_a_falling_rank_as_failures(tmp_p
     assert by_name["v1-rise"].measured == pytest.approx(-1.0) and not by_name["v1-rise"].passed
     assert by_name["v1-end"].measured == pytest.approx(5.0 / 16) and not by_name["v1-end"].passed
     assert by_name["t1"].passed and by_name["t3"].passed
+
+
+def test_a_control_that_learns_in_stages_too_makes_t1_and_t2_inconclusive(tmp_path):
+    """t1's and t2's control is the α = 1 arm of the same runs: if it staged like the small
+    init, the claims could not tell the two apart."""
+    by_name = {v.claim.split(":")[0]: v
+               for v in analyze({**_toys(tmp_path, control_stages=True), **_vits(tmp_path)},
+                                tmp_path / "f").verdicts
+               if v.claim.startswith("t")}  # fmt: skip
+    for claim in ("t1", "t2"):
+        assert by_name[claim].control.status == "held"
+        assert by_name[claim].status == "inconclusive"
+    assert by_name["t2"].control.measured == 1
+
+
+def test_an_alpha_that_does_not_fit_the_teacher_fails_the_toy_preconditions(tmp_path):
+    """The control α = 1 never fits: t1 and t2 read it and are inconclusive; t3 reads only the
+    two smallest α and is judged."""
+    toys = {**_toys(tmp_path, control_fits=False), **_vits(tmp_path)}
+    by_name = {v.claim.split(":")[0]: v for v in analyze(toys, tmp_path / "f").verdicts
+               if v.claim.startswith("t")}  # fmt: skip
+    for claim in ("t1", "t2"):
+        assert not by_name[claim].precondition.met and by_name[claim].status == "inconclusive"
+    assert by_name["t3"].precondition.met and by_name["t3"].status == "held"
+
+
+def test_midpoint_rise_counts_teacher_entries_between_plateau_midpoints():
+    """Entries 0, 1, 2 cross ½ of their final |Δ| at rows 1, 3, 3; entry 3 is not the
+    teacher's. Midpoints at rows 0, 2, 4 read 0, 1, 3: the largest rise is 2. With one
+    plateau the run is one stage: 3 entries switch on."""
+    values = np.array([
+        [0.0, 0.0, 0.0, 0.0],
+        [2.0, 0.1, 0.0, 5.0],
+        [2.0, 0.2, 0.1, 5.0],
+        [2.0, 1.0, 0.5, 5.0],
+        [2.0, 1.0, 0.5, 5.0],
+    ])  # fmt: skip
+    support = np.array([True, True, True, False])
+    assert midpoint_rise(values, support, [0, 2, 4]) == 2
+    assert midpoint_rise(values, support, [0, 1, 4]) == 2  # rows 1 / 4 read 1 / 3
+    assert midpoint_rise(values, support, [1]) == 3
 
 
 # -- the runner, presets, smoke end to end ----------------------------------------------------
@@ -216,10 +280,13 @@ def test_toy_runner_logs_the_teachers_loss_and_gd_trajectory(tmp_path, log_every
 def test_presets_validate_and_fast_matches_s10():
     assert "gradual-rank" in studies.names()
     assert studies.get("gradual-rank") is STUDY
-    for name in ("smoke", "fast", "paper"):
+    assert [s.name for s in build_runs(STUDY.preset("smoke"))] == [
+        "toy_s0", "toy_s1", "toy_s2", "vit_s0"]  # fmt: skip
+    five = [*(f"toy_s{k}" for k in range(5)), *(f"vit_s{k}" for k in range(5))]
+    for name in ("fast", "paper"):  # >= 5 seeds per arm; the ViTs train as one ensemble
         specs = build_runs(STUDY.preset(name))
-        assert [s.name for s in specs][:4] == ["toy_s0", "toy_s1", "toy_s2", "vit_s0"]
-    assert [s.name for s in build_runs(STUDY.preset("fast"))][3:] == ["vit_s0", "vit_s1", "vit_s2"]
+        assert [s.name for s in specs] == five
+        assert {s.group for s in specs if s.name.startswith("vit")} == {"vit"}
     toy = STUDY.preset("fast").toy
     assert (toy.n_ctx, toy.d_model, toy.n_seq, toy.lr) == (8, 8, 256, 0.05)
     assert toy.alphas == [1.0, 1e-1, 1e-2, 1e-3] and toy.strengths == [2.0, 1.0, 0.5]
@@ -230,10 +297,8 @@ def test_presets_validate_and_fast_matches_s10():
     )  # fmt: skip
     assert (vit.optimizer.name, vit.optimizer.lr, vit.train.batch_size) == ("adam", 1e-3, 128)
     assert vit.monitor.probes == ["delta_spectrum"] and vit.monitor.schedule == "log"
-    assert [s.name for s in build_runs(STUDY.preset("paper"), seed=3)][3:] == [
-        "vit_s0", "vit_s1", "vit_s2"
-    ]  # fmt: skip
-    assert [s.config.seed for s in build_runs(STUDY.preset("fast"), seed=3)][:3] == [3, 4, 5]
+    assert [s.config.seed for s in build_runs(STUDY.preset("fast"), seed=3)][:5] == [3, 4, 5, 6, 7]
+    assert 1.0 in toy.alphas  # the control arm of t1 and t2 (the standard init)
     with pytest.raises(ValueError, match=r"alphas must be non-empty, each in \(0, 1\]"):
         ToyRun(loop=Loop(steps=1), alphas=[1.5])
 

@@ -12,33 +12,30 @@ import numpy as np
 
 from dynascope.store import Run
 from dynascope.studies.base import Analysis
-from dynascope.studies.verdict import Control, Precondition, Verdict, judge
+from dynascope.studies.verdict import Control, Precondition, Verdict
 
 from .figures import toy_figures, vit_figures
+from .protocol import PROTOCOL, TOY_FIT, V1_MIN_ACCURACY
 from .runs import ToyRun
 
 __all__ = [
     "active_counts",
     "analyze",
     "find_drops",
+    "midpoint_rise",
     "plateaus",
     "rescaled_time",
     "switch_on_index",
     "switched_on",
 ]
 
-# Frozen thresholds (see the module docstring for how each was set).
+# The metrics' fixed parts; thresholds, directions and statistics live in .protocol (PROTOCOL).
 DROP_FALL = 0.3  # a drop: the loss falls by >= 30% ...
 DROP_REL_WINDOW = 0.05  # ... between tau and (1 + 0.05) * tau
 DROP_ABS_WINDOW = 0.05  # S10's literal window (absolute), reported beside t1
-T1_MIN_PLATEAUS = 3
-T2_ACTIVE_FACTOR = 10.0  # active: |Δ entry| > 10 α
-T2_MAX_RISE = 1
+T2_ACTIVE_FACTOR = 10.0  # active: |Δ entry| > 10 α (t2's end count)
 T2_MAX_ALPHA = 1e-2
-T3_REL_TOL = 0.2
-V1_MIN_RHO = 0.8
-V1_SRANK_FRACTION = 0.25  # srank(Δ_QK) at the end <= d_head / 4
-V1_MIN_ACCURACY = 0.8  # precondition: the ViT learnt digits (chance 0.1); fixed before any run
+V1_SRANK_FRACTION = PROTOCOL.claim("v1-end").threshold  # srank(Δ_QK) at the end <= d_head / 4
 
 
 def rescaled_time(steps: np.ndarray, lr: float, alpha: float) -> np.ndarray:
@@ -192,6 +189,33 @@ def switched_on(values: np.ndarray, alpha: float, factor: float = T2_ACTIVE_FACT
     return ((delta >= final / 2) & (final > factor * alpha)).sum(axis=-1)
 
 
+def midpoint_rise(values: np.ndarray, support: np.ndarray, mids: list[int]) -> int:
+    """t2's reading: the largest rise, between consecutive plateau midpoints, of the number of
+    teacher entries switched on (past ½ of their final |Δ| for the first time).
+
+    With fewer than two plateaus the stages are not resolved: the whole run is one stage and
+    the rise is the number of teacher entries that switch on at all.
+
+    Args:
+        values: ``[n_steps, d_model]`` a diagonal (``w_Q⊙w_K`` or ``w_V⊙w_O``) over time, row 0
+            the initialisation.
+        support: ``[d_model]`` bool, the teacher's nonzero entries (the entries to switch on).
+        mids: the plateaus' midpoint indices, in order.
+    Returns:
+        The rise, an entry count.
+    References:
+        Abbe et al. (2023), arXiv 2306.07042, Sec. 4 (each stage raises the rank by at most
+        one); SYSTEMS.md S10, t2 (counts read at each plateau's midpoint).
+    """
+    delta = np.abs(values - values[:1])[:, support]
+    final = delta[-1]
+    on = [int(np.argmax(delta[:, i] >= final[i] / 2)) for i in np.flatnonzero(final > 0)]
+    if len(mids) < 2:
+        return len(on)
+    counts = [sum(i <= m for i in on) for m in mids]
+    return max(b - a for a, b in zip(counts, counts[1:]))
+
+
 def _toy_traces(run: Run) -> tuple[ToyRun, np.ndarray, dict[str, np.ndarray]]:
     """Config, logged steps ``[n]`` and traces ``loss [n, n_alpha]``, ``qk``/``ov`` ``[n,
     n_alpha, d_model]`` (a one-element tensor is stored as a scalar: one α gives scalar rows)."""
@@ -206,6 +230,7 @@ def _toy_traces(run: Run) -> tuple[ToyRun, np.ndarray, dict[str, np.ndarray]]:
             steps, values = series.index.to_numpy(), series.to_numpy(dtype=np.float64)
         traces[key] = values.reshape(len(steps), n_alpha, -1).astype(np.float64)
     traces["loss"] = traces["loss"][..., 0]
+    traces["teacher"] = np.asarray(run.tensors("teacher")[1][0], np.float64).reshape(-1)
     return cfg, steps, traces
 
 
@@ -221,6 +246,8 @@ def _toy_seed(run: Run) -> tuple[dict, list[dict], dict]:
         spans = plateaus(len(tau), drops)
         counts = {p: active_counts(tr[p][:, j], alpha) for p in ("qk", "ov")}
         mids = [int(np.searchsorted(tau, (tau[a] + tau[b]) / 2)) for a, b in spans]
+        support = tr["teacher"] != 0
+        stage_rise = max(midpoint_rise(tr[p][:, j], support, mids) for p in ("qk", "ov"))
         at_mid = {p: [int(counts[p][m]) for m in mids] for p in counts}
         on = {p: switch_on_index(tr[p][:, j], alpha) for p in ("qk", "ov")}
         half_mid = {p: [sum(i <= m for i in on[p]) for m in mids] for p in on}
@@ -262,6 +289,8 @@ def _toy_seed(run: Run) -> tuple[dict, list[dict], dict]:
                 f"max rise (> {T2_ACTIVE_FACTOR:g}α)": max(
                     (r for v in rises_10a.values() for r in v), default=0
                 ),
+                "t2: max rise between plateau midpoints (teacher entries, ½ final)": stage_rise,
+                "final loss / initial loss": float(loss[-1] / loss[0]),
                 "qk active at end": int(counts["qk"][-1]),
                 "ov active at end": int(counts["ov"][-1]),
                 "final loss": float(loss[-1]),
@@ -276,13 +305,12 @@ def _per_seed(values: dict[int, float]) -> str:
 
 
 def _analyze_toy(runs: list[Run], figures: Path) -> tuple[list[Verdict], list[Path], list[dict]]:
-    """t1–t3 per seed, judged by the contract (mean passes and >= 2/3 of the seeds pass).
+    """t1–t3 per seed, judged through the protocol (docs/studies/gradual-rank.md).
 
-    Controls: t1 on the standard init α = 1 (θ(0) = θ0: the products start at the teacher's
-    scale, so the small-init mechanism is removed); t2 read without the stages' resolution
-    (the rise from the first drop's start to the last drop's end: a metric that sees the
-    entries switch on must exceed 1 there); t3 with raw steps instead of τ (stage times then
-    scale with log(1/α) and do not collapse).
+    Controls: t1 and t2 on the standard init α = 1 (θ(0) = θ0: the products start at the
+    teacher's scale, so the small-init mechanism is removed), the same count; t3 with raw
+    steps instead of τ. Precondition: every α the claim reads (the control α = 1 included)
+    fits the teacher, per seed (final loss ≤ ``TOY_FIT`` × its initial loss).
     """
     seeds = [_toy_seed(run) for run in runs]
     rows = [row for _, seed_rows, _ in seeds for row in seed_rows]
@@ -290,27 +318,30 @@ def _analyze_toy(runs: list[Run], figures: Path) -> tuple[list[Verdict], list[Pa
     alphas = sorted(cfg.alphas)
     n_teacher = sum(c != 0 for c in cfg.strengths)
     smallest, largest = alphas[0], alphas[-1]
-    t1, t1_control, t2, t2_control, t2_10a, t2_mid, t3, t3_control, literal = ({} for _ in range(9))
+    t1, t1_control, t2, t2_control, t2_10a, t2_drop, t3, t3_control, literal = (
+        {} for _ in range(9)
+    )
+    fit: dict[float, list[float]] = {}  # α -> final / initial loss over the seeds
     for per_alpha, seed_rows, data in seeds:
         seed = int(data["cfg"].seed)
         by_alpha = {r["alpha"]: r for r in seed_rows}
+        for r in seed_rows:
+            fit.setdefault(r["alpha"], []).append(r["final loss / initial loss"])
         t1[seed] = float(len(per_alpha[smallest]["spans"]))
         t1_control[seed] = float(len(per_alpha[largest]["spans"]))
         literal[seed] = float(by_alpha[smallest]["drops with |Δτ| ≤ 0.05 (S10 literal)"])
+        rise = "t2: max rise between plateau midpoints (teacher entries, ½ final)"
         gated = [r for r in seed_rows if r["alpha"] <= T2_MAX_ALPHA * (1 + 1e-9)]
         if gated:
             ends_ok = all(
                 r["qk active at end"] == n_teacher and r["ov active at end"] == n_teacher
                 for r in gated
             )
-            worst = max(r["max rise across a drop (½ final)"] for r in gated)  # NaN: no drop
+            worst = max(r[rise] for r in gated)
             t2[seed] = float(worst) if ends_ok else math.nan  # a wrong end count fails
             t2_10a[seed] = float(max(r[f"max rise (> {T2_ACTIVE_FACTOR:g}α)"] for r in gated))
-            t2_mid[seed] = float(max(r["max rise between plateau midpoints (½ final)"]
-                                     for r in gated))  # fmt: skip
-            t2_control[seed] = float(
-                max(r["rise first drop start → last drop end (½ final)"] for r in gated)
-            )
+            t2_drop[seed] = float(max(r["max rise across a drop (½ final)"] for r in gated))
+        t2_control[seed] = float(by_alpha[largest][rise]) if largest == 1.0 else math.nan
         if len(alphas) >= 2:
             a1, a2 = alphas[:2]
             t_1, t_2 = per_alpha[a1]["drop_tau"], per_alpha[a2]["drop_tau"]
@@ -322,69 +353,45 @@ def _analyze_toy(runs: list[Run], figures: Path) -> tuple[list[Verdict], list[Pa
                 for a, b in zip(t_1, t_2)
             ]
             t3_control[seed] = max(raw) if raw and len(t_1) == len(t_2) else math.nan
-    several = Precondition(
-        "the preset has >= 2 init scales α (a small one and the largest as the control)",
-        met=len(alphas) >= 2,
-        measured=float(len(alphas)),
-    )
-    with_control = Precondition(
-        "the grid has a small α < 1 and the control α = 1 (measured: the largest α)",
-        met=len(alphas) >= 2 and largest == 1.0,
-        measured=float(largest),
-    )
+
+    def fitted(read: list[float], what: str) -> Precondition:
+        worst = max((v for a in read for v in fit.get(a, [math.nan])), default=math.nan)
+        return Precondition(
+            f"{what}; every α read ({', '.join(f'{a:g}' for a in read)}) fits the teacher on "
+            f"every seed: final loss <= {TOY_FIT:g} × initial loss (measured: the worst ratio)",
+            met=bool(worst <= TOY_FIT),  # NaN fails
+            measured=worst,
+        )
+
+    gated_alphas = [a for a in alphas if a <= T2_MAX_ALPHA * (1 + 1e-9)]
+    has_control = len(alphas) >= 2 and largest == 1.0
     verdicts = [
-        judge(
-            claim=f"t1: the loss vs τ is stagewise at α = {smallest:g} (plateaus between sharp "
-            "drops)",
-            metric="plateaus in loss vs τ = η t / log(1/α) (drop: ≥ 30% fall between τ and "
-            "1.05 τ), per seed",
-            per_seed=t1,
-            threshold=float(T1_MIN_PLATEAUS),
-            direction=">=",
-            precondition=with_control,
-            control=Control(
-                f"the standard init α = {largest:g} (θ(0) = θ0, products at the teacher's "
-                "scale), the same count on loss vs η t",
-                t1_control,
+        PROTOCOL.claim("t1").judge(
+            t1,
+            precondition=fitted(
+                [smallest, largest] if has_control else [],
+                f"the grid has a small α and the control α = 1 ({has_control})",
             ),
-            detail=f"S10's literal window (≥ 30% within Δτ ≤ {DROP_ABS_WINDOW}) finds "
-            f"{_per_seed(literal)} drops",
+            control=t1_control,
+            detail=f"at α = {smallest:g}; S10's literal window (≥ 30% within Δτ ≤ "
+            f"{DROP_ABS_WINDOW}) finds {_per_seed(literal)} drops",
         ),
-        judge(
-            claim="t2: each stage switches on at most one entry of w_Q⊙w_K and of w_V⊙w_O; all "
-            f"{n_teacher} teacher entries are on at the end (α ≤ {T2_MAX_ALPHA:g})",
-            metric="max over drops and both products of the rise, from the drop's start to its "
-            "end, of the entries past ½ of their final |Δ| (α-free), per seed; NaN when an end "
-            f"count |Δ| > {T2_ACTIVE_FACTOR:g}α is not {n_teacher} or there is no drop",
-            per_seed=t2,
-            threshold=float(T2_MAX_RISE),
-            direction="<=",
-            precondition=Precondition(
-                f"the preset has an α ≤ {T2_MAX_ALPHA:g}",
-                met=bool(t2),
-                measured=float(sum(a <= T2_MAX_ALPHA for a in alphas)),
-            ),
-            control=Control(
-                "the same count without the stages' resolution: its rise from the first drop's "
-                "start to the last drop's end (must exceed 1 when entries switch on at all)",
-                t2_control,
-            ),
-            detail=f"not gated: the ½-final rise between plateau midpoints (counts the "
-            f"w_V⊙w_O entries that rise during a plateau, ahead of their drop): "
-            f"{_per_seed(t2_mid)}; the former > {T2_ACTIVE_FACTOR:g}α reading (not α-free): "
-            f"{_per_seed(t2_10a)}",
+        PROTOCOL.claim("t2").judge(
+            t2,
+            precondition=fitted([*gated_alphas, largest] if gated_alphas and has_control else [],
+                                f"the grid has an α <= {T2_MAX_ALPHA:g} and the control α = 1"),
+            control=t2_control,
+            detail=f"{n_teacher} teacher entries; not gated: the rise across each drop (the "
+            f"reading of 2026-12-02): {_per_seed(t2_drop)}; the > {T2_ACTIVE_FACTOR:g}α "
+            f"reading: {_per_seed(t2_10a)}",
         ),
-        judge(
-            claim="t3: stage times collapse in rescaled time τ as α → 0",
-            metric="max over drops k of |τ_k(α₂) − τ_k(α₁)| / τ_k(α₁) for the two smallest α, "
-            "per seed (NaN: drop counts differ)",
-            per_seed=t3,
-            threshold=T3_REL_TOL,
-            direction="<=",
-            precondition=several,
-            control=Control("the same with raw steps t instead of τ", t3_control),
+        PROTOCOL.claim("t3").judge(
+            t3,
+            precondition=fitted(alphas[:2] if len(alphas) >= 2 else [], "the grid has >= 2 α"),
+            control=t3_control,
+            detail=f"α = {', '.join(f'{a:g}' for a in alphas[:2])}",
         ),
-    ]
+    ]  # fmt: skip
     per_alpha, _, data = seeds[0]
     figs = toy_figures(data["cfg"], alphas, data["tr"], per_alpha, figures, T2_ACTIVE_FACTOR)
     return verdicts, figs, rows
@@ -484,33 +491,16 @@ def _analyze_vit(runs: list[Run], figures: Path) -> tuple[list[Verdict], list[Pa
         return ", ".join(f"{r['run']} L{r['layer']}: {r[key]:.3g}" for r in ov)
 
     verdicts = [
-        judge(
-            claim="v1-rise: in every layer of the ViT the head-mean stable rank of ΔW_QK rises "
-            "over training",
-            metric="min over layers of Spearman ρ(step, head-mean srank(Δ_QK)) over the "
-            "log-points (step 0 excluded), per seed",
-            per_seed=rise,
-            threshold=V1_MIN_RHO,
-            direction=">=",
+        PROTOCOL.claim("v1-rise").judge(
+            rise,
             precondition=fit,
-            control=Control(
-                "the same ρ with the log-points in a random order (time order removed)",
-                rise_control,
-            ),
+            control=Control(PROTOCOL.claim("v1-rise").control, rise_control),
             detail=f"Δ_OV (not gated): {listing('spearman_rho')}",
         ),
-        judge(
-            claim="v1-end: ΔW_QK stays low-rank: head-mean srank(Δ_QK) at the last step ≤ "
-            "d_head/4 in every layer",
-            metric="max over layers of srank(Δ_QK)_end / d_head, per seed",
-            per_seed=end,
-            threshold=V1_SRANK_FRACTION,
-            direction="<=",
+        PROTOCOL.claim("v1-end").judge(
+            end,
             precondition=fit,
-            control=Control(
-                "an isotropic Gaussian update of W_QK's shape (d_model × d_model), srank / d_head",
-                end_control,
-            ),
+            control=Control(PROTOCOL.claim("v1-end").control, end_control),
             detail=f"srank(Δ_OV) at the end (not gated): {listing('srank_end')}",
         ),
     ]

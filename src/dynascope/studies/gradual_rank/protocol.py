@@ -1,0 +1,220 @@
+"""The protocol of ``gradual-rank`` (SYSTEMS.md S10): each claim's statistic, threshold,
+preconditions and ablation control, fixed before its evaluation seeds run
+(:mod:`dynascope.studies.protocol`).
+
+Proposed amendments (not made; each needs calibration seeds >= 10000 first, then fresh
+evaluation seeds):
+
+- v1-rise and v1-end still have controls that cannot hold by construction (issue 27 lists
+  v1-end): the log-points in a random order (|ρ| = O(1/√n) by design) and an isotropic
+  Gaussian update (srank ≈ n/4 by design). Candidate ablations at the same budget: the ViT
+  trained with SGD instead of Adam, or on shuffled labels; neither has been calibrated (each
+  costs 5 more ViT runs, over `fast`'s budget).
+- t3's control reads the same runs in raw steps instead of τ (a change of time unit, not an
+  ablation); a candidate is the α = 1 arm's stage times, which has no drops to compare.
+- t2 reads a mean of integer counts >= 1 against 1, so it holds only when every seed reads 1;
+  a rate statistic (the fraction of seeds with rise <= 1, Wilson interval) would state the
+  paper's "at most one" per seed, but its threshold would be chosen after seeds 0-2 read
+  1, 1, 2, so it is not adopted.
+"""
+
+from __future__ import annotations
+
+from dynascope.studies.protocol import Amendment, ClaimSpec, Protocol
+
+__all__ = ["PROTOCOL", "TOY_FIT", "V1_MIN_ACCURACY"]
+
+_PAPER = "Abbe, Boix-Adserà, Littwin, Bengio, Susskind, NeurIPS 2023, arXiv 2306.07042"
+# every α a toy claim reads: final loss <= 1e-2 × initial loss, per seed; set before any toy
+# run of this version, checked on calibration seed 10000 (α <= 0.1 reach <= 3.4e-5; α = 1: 0.37)
+TOY_FIT = 1e-2
+V1_MIN_ACCURACY = 0.8  # every ViT: val accuracy (chance 0.1); fixed before any ViT ran
+_ALPHA_ONE = (
+    "the standard init α = 1 (θ(0) = θ0: the products start at the teacher's scale, the "
+    "small-init cause removed), trained in the same batched run (same teacher, θ0, GD and "
+    "steps)"
+)
+_TOY_FIT = (
+    "every α the claim reads, the control α = 1 included, fits the teacher on every seed: "
+    f"final loss <= {TOY_FIT:g} × initial loss"
+)
+_VIT_FIT = (
+    f"every ViT finished and learnt digits on every seed: val accuracy >= {V1_MIN_ACCURACY:g} "
+    "(chance 0.1)"
+)
+
+PROTOCOL = Protocol(
+    study="gradual-rank",
+    claims=(
+        ClaimSpec(
+            id="t1",
+            claim="the loss vs τ is stagewise at the smallest α (plateaus between sharp drops)",
+            statement="with time in units of log(1/α), learning from a small init is a "
+            "sequence of long plateaus and sharp loss drops",
+            citation=f"{_PAPER}, Sec. 4, Fig. 2",
+            metric="per seed, plateaus in loss vs τ = η t / log(1/α) at α = 1e-3 (drop: >= 30 % "
+            "fall between τ and 1.05 τ)",
+            threshold=3.0,
+            direction=">=",
+            threshold_source="theory: S10's proposal (3 teacher entries switch on in stages)",
+            preconditions=(_TOY_FIT,),
+            control=f"{_ALPHA_ONE}: the same count on loss vs η t",
+        ),
+        ClaimSpec(
+            id="t2",
+            claim="between consecutive plateaus at most one more entry of w_Q⊙w_K and of "
+            "w_V⊙w_O switches on; every teacher entry is on at the end (α <= 1e-2)",
+            statement="each drop raises the rank of both product changes by at most one; "
+            "SYSTEMS.md S10: between consecutive plateaus the active count rises by <= 1",
+            citation=f"{_PAPER}, Sec. 4 (Theorem on stagewise learning), Fig. 2",
+            metric="per seed, max over α in {1e-2, 1e-3} and both products of the rise, "
+            "between consecutive plateau midpoints, of the teacher entries past ½ of their "
+            "final |Δ| (first crossing); fewer than 2 plateaus: the entries that switch on at "
+            "all; NaN when an end count |Δ| > 10α is not 3",
+            threshold=1.0,
+            direction="<=",
+            threshold_source="theory: the theorem's 'at most one'",
+            preconditions=(_TOY_FIT,),
+            control=f"{_ALPHA_ONE}: the same rise (every teacher entry, same reading)",
+        ),
+        ClaimSpec(
+            id="t3",
+            claim="stage times collapse in rescaled time τ as α → 0",
+            statement="the curves converge as α → 0 when time is measured in units of log(1/α)",
+            citation=f"{_PAPER}, Sec. 4, Fig. 2",
+            metric="per seed, max over drops k of |τ_k(1e-2) − τ_k(1e-3)| / τ_k(1e-3) (NaN: drop "
+            "counts differ)",
+            threshold=0.2,
+            direction="<=",
+            threshold_source="theory: S10's proposal",
+            preconditions=(_TOY_FIT,),
+            control="the same drop times read in raw steps t instead of τ (see the proposed "
+            "amendments: a change of unit, not an ablation)",
+        ),
+        ClaimSpec(
+            id="v1-rise",
+            claim="in every layer of the ViT the head-mean stable rank of ΔW_QK rises over "
+            "training",
+            statement="the rank of each head's update grows during training (Adam, standard init)",
+            citation=f"{_PAPER}, Sec. 5, Fig. 4",
+            metric="per seed, min over layers of Spearman ρ(step, head-mean srank(Δ_QK)) over "
+            "the log-points (step 0 excluded)",
+            threshold=0.8,
+            direction=">=",
+            threshold_source="theory: S10's proposal",
+            preconditions=(_VIT_FIT,),
+            control="the same ρ with the log-points in a random order (cannot hold by design: "
+            "see the proposed amendments)",
+        ),
+        ClaimSpec(
+            id="v1-end",
+            claim="ΔW_QK stays low-rank: head-mean srank(Δ_QK) at the last step <= d_head/4 in "
+            "every layer",
+            statement="the updates ΔW_QK stay low-rank",
+            citation=f"{_PAPER}, Sec. 5, Fig. 1 and 4",
+            metric="per seed, max over layers of srank(Δ_QK)_end / d_head",
+            threshold=0.25,
+            direction="<=",
+            threshold_source="theory: S10's proposal",
+            preconditions=(_VIT_FIT,),
+            control="an isotropic Gaussian update of W_QK's shape, srank / d_head (cannot hold "
+            "by design: see the proposed amendments)",
+        ),
+    ),
+    seeds={"smoke": 1, "fast": 5, "paper": 5},
+    calibration_seeds=(10_000, 10_001, 10_002),
+    presets={
+        "smoke": "toy n = d = 4, N = 32, α = 1e-2, 500 steps; ViT d_model 16, 20 steps: "
+        "plumbing only",
+        "fast": "toy as S10 (n = d = 8, N = 256, α in {1, 1e-1, 1e-2, 1e-3}, 8,000 GD steps, "
+        "float64), 5 seeds; ViT 2 layers, d_model 32, 2 heads, Adam 1e-3, 4,000 steps "
+        "(fixed from the measured step time), 5 seeds trained as one ensemble",
+        "paper": "toy d = 16, α down to 1e-4, 20,000 steps; ViT 6 layers, d_model 192, 3 "
+        "heads (GPU; not run yet)",
+    },
+    reproduces="none yet: on calibration seed 10000 the control α = 1 does not fit the "
+    "teacher in fast's 8,000 steps (final / initial loss 0.37, against 2e-6 and 1e-7 at "
+    "α = 1e-2 and 1e-3), so t1 and t2 are expected inconclusive at `fast`; t3 and the ViT "
+    "claims should meet theirs. fast's wall time with 5 + 5 seeds is over the 3-minute goal",
+    registered="2026-12-07, after the earlier contract's fast verdicts at seeds 0 and 1000 "
+    "were published (t1, t2, t3, v1-rise, v1-end held at both, t2 under the across-drop "
+    "reading) and after the midpoint reading had given t2 = 1, 1, 2 at seeds 0-2 and "
+    "1000-1002. This version registers t2's midpoint reading (S10's statement), counts the "
+    "teacher's entries, replaces t2's control (the first-to-last-drop count, ≡ 3 by design) "
+    "by the α = 1 arm, adds every arm's fit to the toy's preconditions, and raises fast to "
+    "5 toy and 5 ViT seeds. Calibration seed 10000 (toy only) read t2 = 2 at α = 1e-2 and "
+    "1e-3 under this reading, 3 on the α = 1 control",
+    amendments=(
+        Amendment(
+            date="2026-12-01",
+            claims=("t1", "t2", "t3"),
+            change="the drop window read relative to τ (a >= 30 % fall between τ and 1.05 τ) "
+            "instead of S10's absolute Δτ <= 0.05 (commit 3219c4d)",
+            reason="τ's unit depends on the loss normalisation; the literal window finds no "
+            "drop at any α",
+            seen="a 20,000-step prototype run (another draw; its seed not recorded); the "
+            "notes say the window was re-read before the study's first run",
+        ),
+        Amendment(
+            date="2026-12-02",
+            claims=("t2",),
+            change="switch-on: |Δ entry| > 10α → past ½ of the entry's final |Δ| (α-free), "
+            "counts still read at plateau midpoints (commit 0bc79ee)",
+            reason="issue 18's audit: a stray w_V⊙w_O entry crosses 10α mid-plateau (its "
+            "magnitude scales like α^0.27), so the 10α count is not α-free",
+            seen="the pre-engine fast seed 0: 10α reading not held (ov rises by 2), ½-final "
+            "reading 0 → 1 → 2 → 3",
+        ),
+        Amendment(
+            date="2026-12-02",
+            claims=("t1",),
+            change="control: α = 0.1 → the standard init α = 1, added to the α grid (commit "
+            "d858074)",
+            reason="α = 0.1 is still a small init (stages show there too); it did not remove "
+            "the mechanism",
+            seen="seeds 0-2 and 1000-1002: t1 inconclusive (control α = 0.1 held: 4, 2, 3 and "
+            "3, 3, 3 plateaus); calibration seeds 10000-10002 run before 0-2 with α = 1",
+        ),
+        Amendment(
+            date="2026-12-02",
+            claims=("t2",),
+            change="reading: the rise between plateau midpoints → the rise across each drop "
+            "(start to end); control: the rise from the first drop's start to the last "
+            "drop's end (commit d858074)",
+            reason="the midpoint reading charged w_V⊙w_O entries that rise during a plateau "
+            "to the next drop (calibration seeds 10000-10002: across-drop 1, 1, 1)",
+            seen="seeds 0-2: midpoint reading 1, 1, 2 (not held); seeds 1000-1002: 1, 1, 2",
+        ),
+        Amendment(
+            date="2026-12-02",
+            claims=("v1-rise", "v1-end"),
+            change="ViT: one seed at 8,000 steps (legacy verdicts) → 3 seeds at 4,000 steps "
+            "on the contract; controls shuffled log-points and an isotropic Gaussian update; "
+            "precondition val accuracy >= 0.8 (commit d858074)",
+            reason="the contract's per-seed claims within the fast budget (step count from "
+            "the measured 6.9 ms per step)",
+            seen="the one-seed ViT verdicts of the earlier session at 8,000 steps",
+        ),
+        Amendment(
+            date="2026-12-07",
+            claims=("t2",),
+            change="reading: back to the rise between plateau midpoints (S10's statement), "
+            "counting the teacher's entries (½-final first crossing), with fewer than 2 "
+            "plateaus read as one stage; control: the first-to-last-drop count (≡ 3 by "
+            "design) → the same reading on the α = 1 arm",
+            reason="issues 27 and 28: the across-drop reading was adopted after seeds 0-2 "
+            "read 1, 1, 2 under the midpoint reading; that result stands; a control must be "
+            "able to hold",
+            seen="every earlier verdict at seeds 0 and 1000; the midpoint reading 1, 1, 2 at "
+            "seeds 0-2 and 1000-1002",
+        ),
+        Amendment(
+            date="2026-12-07",
+            claims=("*",),
+            change="fast: toy 3 → 5 seeds, ViT 3 → 5 seeds trained as one engine ensemble "
+            "(float32 rounding of the ViT differs from separate runs)",
+            reason="issue 27: >= 5 seeds per arm for interval statuses",
+            seen="every earlier verdict at seeds 0 and 1000",
+        ),
+    ),
+)
