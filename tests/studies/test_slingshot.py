@@ -58,16 +58,20 @@ def _write_run(root, spec, loss, norm, val=None, status="finished"):
     return load_run(root / spec.name)
 
 
-def _store(tmp_path, plant: dict[str, list[int]], val=None, steps=4000, seeds=3):
+def _store(tmp_path, plant: dict[str, list[int]], val=None, steps=4000, seeds=5, floor=None):
+    """Hand-built stores of the smoke preset's runs with ``seeds`` seeds per condition; a run
+    named in ``floor`` keeps its loss above that value (it never fits its training set)."""
     specs = build_runs(STUDY.preset("smoke").model_copy(update={"seeds": seeds}))
     runs = {}
     for spec in specs:
         _, loss, norm = _planted(steps, plant.get(spec.name, []))
+        if floor and spec.name in floor:
+            loss = np.maximum(loss, floor[spec.name])
         runs[spec.name] = _write_run(tmp_path / "runs", spec, loss, norm, val)
     return runs
 
 
-THREE = {f"adam_eps1e-08_s{k}": [500, 1500, 2500] for k in range(3)}
+THREE = {f"adam_eps1e-08_s{k}": [500, 1500, 2500] for k in range(5)}
 
 
 def test_planted_cycles_are_counted_and_the_verdicts_follow(tmp_path):
@@ -85,33 +89,64 @@ def test_planted_cycles_are_counted_and_the_verdicts_follow(tmp_path):
     analysis = analyze(runs, tmp_path)
     by_id = {v.claim.split(":")[0]: v for v in analysis.verdicts}
     assert list(by_id) == ["s1", "s2", "s3"]  # no grokking, no g1
-    assert (by_id["s1"].measured, by_id["s1"].status) == (3.0, "held")
-    assert by_id["s1"].control.status == "not held"  # ε = 1e-4: 1, 0, 0 cycles
+    s1 = by_id["s1"]  # a rate: every seed has >= 2 cycles
+    assert (s1.statistic, s1.measured, s1.status, s1.n_seeds) == ("rate", 1.0, "held", 5)
+    assert s1.per_seed == (3.0,) * 5 and s1.interval[0] > 0.5
+    assert s1.control.kind == "ablation" and list(s1.control.per_seed.values()) == [
+        1.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+    ]
+    assert s1.control.measured == 0.0 and s1.control.status == "not held"  # ε = 1e-4
     assert (by_id["s2"].measured, by_id["s2"].status) == (0.0, "held")
-    assert by_id["s3"].measured == pytest.approx(8 / 3) and by_id["s3"].status == "held"
-    assert by_id["s3"].per_seed == (2.0, 3.0, 3.0) and by_id["s3"].seeds == (0, 1, 2)
+    assert by_id["s3"].measured == pytest.approx(2.8) and by_id["s3"].status == "held"
+    assert by_id["s3"].per_seed == (2.0, 3.0, 3.0, 3.0, 3.0) and by_id["s3"].seeds == (
+        0,
+        1,
+        2,
+        3,
+        4,
+    )
+    assert by_id["s3"].control.status == "not held"  # cycles(SGD) - cycles(ε = 1e-4)
+    assert all(v.precondition.met for v in analysis.verdicts)
     assert all(p.is_file() for p in analysis.figures)
-    assert len(analysis.tables["detected cycles"]) == 10
+    assert len(analysis.tables["detected cycles"]) == 16
 
 
-def test_verdicts_take_the_mean_and_two_thirds_of_the_seeds(tmp_path):
+def test_s1_is_the_rate_of_seeds_with_two_cycles_and_four_of_five_is_inconclusive(tmp_path):
     plant = {
         "adam_eps1e-08_s0": [500, 1500, 2500],
         "adam_eps1e-08_s1": [1500],
-        "adam_eps1e-08_s2": [500, 2500],
+        **{f"adam_eps1e-08_s{k}": [500, 2500] for k in (2, 3, 4)},
         "adam_eps0.0001_s0": [1000],
     }
-    runs = _store(tmp_path, plant, seeds=3, steps=3500)
-    assert {r.config["seed"] for r in runs.values()} == {0, 1, 2}
+    runs = _store(tmp_path, plant, steps=3500)
+    assert {r.config["seed"] for r in runs.values()} == {0, 1, 2, 3, 4}
     verdicts = {v.claim.split(":")[0]: v for v in analyze(runs, tmp_path).verdicts}
-    assert verdicts["s1"].measured == 2.0 and verdicts["s1"].status == "held"  # 3, 1, 2
-    assert verdicts["s1"].spread["min"] == 1.0 and verdicts["s1"].spread["max"] == 3.0
+    s1 = verdicts["s1"]
+    assert s1.per_seed == (3.0, 1.0, 2.0, 2.0, 2.0) and s1.measured == pytest.approx(0.8)
+    lo, hi = s1.interval  # Wilson 95 % interval of 4 / 5 straddles the registered 0.5
+    assert lo == pytest.approx(0.3755, abs=1e-3) and hi == pytest.approx(0.9638, abs=1e-3)
+    assert s1.status == "inconclusive" and "straddles" in s1.reason
     assert verdicts["s2"].measured == 0.0
-    assert verdicts["s3"].measured == pytest.approx(5 / 3)  # 3 - 1, 1 - 0, 2 - 0
+    assert verdicts["s3"].measured == pytest.approx(1.8)  # 3 - 1, 1 - 0, 2 - 0, 2 - 0, 2 - 0
+
+
+def test_an_arm_that_never_fits_makes_its_claims_inconclusive(tmp_path):
+    """SGD that never fits its training set never arms the detector: its 0 cycles say nothing."""
+    floor = {f"sgd_lr0.1_s{k}": 0.1 for k in (1, 3)}  # above ln 2 / 50: never fits
+    runs = _store(tmp_path, THREE, floor=floor)
+    verdicts = {v.claim.split(":")[0]: v for v in analyze(runs, tmp_path).verdicts}
+    assert verdicts["s2"].measured == 0.0 and verdicts["s2"].status == "inconclusive"
+    assert "not fitted: SGD seed 1, SGD seed 3" in verdicts["s2"].precondition.text
+    assert verdicts["s3"].status == "inconclusive"  # s3 reads SGD in its control
+    assert verdicts["s1"].status == "held"  # s1 does not read SGD
 
 
 def test_flat_series_have_no_cycle_and_sgd_cycles_fail_s2(tmp_path):
-    runs = _store(tmp_path, {f"sgd_lr0.1_s{k}": [1000] for k in range(3)})
+    runs = _store(tmp_path, {f"sgd_lr0.1_s{k}": [1000] for k in range(5)})
     verdicts = {v.claim.split(":")[0]: v for v in analyze(runs, tmp_path).verdicts}
     assert verdicts["s1"].measured == 0.0 and verdicts["s1"].status == "inconclusive"
     assert verdicts["s2"].measured == 1.0 and verdicts["s2"].status == "inconclusive"
@@ -157,14 +192,15 @@ def test_grokking_without_a_cycle_fails_g1(tmp_path):
 def test_presets_validate_and_conditions_differ_only_in_the_optimizer():
     assert "slingshot" in studies.names()
     assert studies.get("slingshot") is STUDY
-    # paper: 3 seeds x (ε 1e-8, 1e-6, 1e-5, 1e-4, SGD, ε 1e-8 in float64) + 3 grokking runs
-    for name, n_runs in (("smoke", 9), ("fast", 9), ("paper", 21)):
+    assert STUDY.protocol.study == "slingshot"
+    # paper: 5 seeds x (ε 1e-8, 1e-6, 1e-5, 1e-4, SGD, ε 1e-8 in float64) + 5 grokking runs
+    for name, n_runs in (("smoke", 9), ("fast", 15), ("paper", 35)):
         specs = build_runs(STUDY.preset(name))
         assert len(specs) == n_runs
         assert len({s.name for s in specs}) == n_runs
     paper = build_runs(STUDY.preset("paper"), seed=5)  # --seed moves the seeds, not the names
-    assert {s.config.seed for s in paper} == {5, 6, 7}
-    assert {s.name.rsplit("_", 1)[1] for s in paper} == {"s0", "s1", "s2"}
+    assert {s.config.seed for s in paper} == {5, 6, 7, 8, 9}
+    assert {s.name.rsplit("_", 1)[1] for s in paper} == {f"s{k}" for k in range(5)}
     fcn = [s for s in paper if s.group is not None]
     assert sorted({s.config.eps for s in fcn if s.config.optimizer == "adam"}) == [
         1e-8,
@@ -172,12 +208,12 @@ def test_presets_validate_and_conditions_differ_only_in_the_optimizer():
         1e-5,
         1e-4,
     ]
-    assert len(fcn) == 18 and {s.config.loop.steps for s in fcn} == {60_000}
+    assert len(fcn) == 30 and {s.config.loop.steps for s in fcn} == {60_000}
     assert {s.config.loop.dtype for s in fcn if "f64" in s.name} == {"float64"}
     assert len({s.group for s in fcn}) == 6  # one ensemble per condition
     specs = {s.name: s for s in build_runs(STUDY.preset("fast"), seed=2)}
     assert sorted(specs) == [
-        f"{c}_s{k}" for c in ("adam_eps0.0001", "adam_eps1e-08", "sgd_lr0.1") for k in range(3)
+        f"{c}_s{k}" for c in ("adam_eps0.0001", "adam_eps1e-08", "sgd_lr0.1") for k in range(5)
     ]
     assert {s.group for s in specs.values() if s.name.startswith("adam_eps1e-08")} == {
         "adam_eps1e-08"
@@ -218,8 +254,8 @@ def test_paper_preset_adds_one_grokking_run_per_seed_and_smoke_fast_none():
     assert STUDY.preset("smoke").grokking is None and STUDY.preset("fast").grokking is None
     specs = {s.name: s.config for s in build_runs(STUDY.preset("paper"), seed=4)}
     grok = {name: cfg for name, cfg in specs.items() if name.startswith("grok")}
-    assert sorted(grok) == ["grok_adam_s0", "grok_adam_s1", "grok_adam_s2"]
-    assert [grok[f"grok_adam_s{k}"].seed for k in range(3)] == [4, 5, 6]
+    assert sorted(grok) == [f"grok_adam_s{k}" for k in range(5)]
+    assert [grok[f"grok_adam_s{k}"].seed for k in range(5)] == [4, 5, 6, 7, 8]
     cfg = grok["grok_adam_s0"]
     assert (cfg.task.p, cfg.task.op, cfg.task.train_fraction, cfg.task.split_seed) == (
         53,
@@ -252,11 +288,12 @@ def _grok_val(steps: int, grok: int | None) -> np.ndarray:
 
 
 def _with_grokking(tmp_path, onsets, grok, *, fcn_val=None):
-    """The smoke FCN runs (Adam ε = 1e-8 with 3 cycles, ε = 1e-4 with 1) and a grokking run with
+    """The smoke FCN runs (5 seeds; Adam ε = 1e-8 with 3 cycles, ε = 1e-4 with 1 in seed 0) and 5
+    grokking runs with
     cycles planted at ``onsets`` and validation accuracy reaching 0.99 at step ``grok``."""
     fcn = _store(tmp_path, {**THREE, "adam_eps0.0001_s0": [1000]}, fcn_val)
     grok_runs = {}
-    for k in range(3):
+    for k in range(5):
         spec = _grok_spec(k)
         _, loss, norm = _planted(4000, onsets)
         grok_runs[spec.name] = _write_run(
@@ -288,13 +325,13 @@ def test_grokking_run_near_an_onset_passes_g1_and_leaves_s1_to_s3_alone(tmp_path
         _fcn_verdicts(verdicts)
         == _fcn_verdicts(without)
         == [
-            (3.0, True),
+            (1.0, True),
             (0.0, True),
-            (pytest.approx(8 / 3), True),
+            (pytest.approx(2.8), True),
         ]
     )
     assert verdicts["g1"].measured == pytest.approx(expected) and verdicts["g1"].passed
-    assert "3 of 3 run(s) grokked" in verdicts["g1"].detail
+    assert "5 of 5 run(s) grokked" in verdicts["g1"].detail
     assert verdicts["g1"].control.status == "not held"  # step 0 is far from every onset
     rows = {r["run"]: r for r in analysis.tables["runs: cycles, final values, grok step"]}
     assert (

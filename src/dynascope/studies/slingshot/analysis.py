@@ -1,4 +1,5 @@
-"""Slingshot analysis: cycles per run (frozen detector), verdicts s1–s3, f64 and g1.
+"""Slingshot analysis: cycles per run (frozen detector), verdicts s1–s3, f64 and g1, each judged
+through its spec in :mod:`.protocol` (statistic, threshold, preconditions, control).
 
 Design, calibration of the detector and the preconditions: ``docs/studies/slingshot.md``.
 """
@@ -15,20 +16,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from dynascope.probes.slingshot import SlingshotCycle, detect_slingshots, grok_step, onset_distance
 from dynascope.store import Run
 from dynascope.studies.base import Analysis
-from dynascope.studies.verdict import Control, Precondition, Verdict, judge
+from dynascope.studies.verdict import Precondition, Verdict
 from dynascope.tasks.modular_arithmetic import equations
 
 from .figures import GROK_ACCURACY, grokking_figure, run_figures
+from .protocol import PROTOCOL
 from .runs import NORM_KEY
 
 __all__ = ["DetectorConfig", "analyze", "run_cycles"]
-
-# Frozen thresholds (S13's proposals; docs/studies/slingshot.md).
-S1_MIN_CYCLES = 2.0
-S2_MAX_CYCLES = 0.0
-S3_MIN_GAP = 1.0  # cycle counts are integers: a gap > 0 is a gap >= 1
-G1_MAX_LENGTHS = 1.0
-F64_MIN_CYCLES = 1.0
 
 # Below the unit roundoff of the run's dtype a loss is rounding noise, not a baseline.
 LOSS_FLOOR = {"float32": 2.0**-24, "float64": 2.0**-53}
@@ -138,6 +133,7 @@ class Measured:
     val_steps: np.ndarray
     val_acc: np.ndarray
     grok: int | None
+    fitted: bool  # the training loss fell below the arming certificate (100 % train accuracy)
 
     @classmethod
     def read(cls, name: str, run: Run, detector: DetectorConfig) -> Measured:
@@ -150,6 +146,8 @@ class Measured:
         cycles, series = run_cycles(run, detector)
         val_steps, val_acc = _series(run, "val.accuracy")
         grok = grok_step(val_steps, val_acc, threshold=GROK_ACCURACY) if val_steps.size else None
+        bar = detector.arm_loss_factor * math.log(2) / _examples_per_loss_row(config)
+        fitted = bool(series["loss"].size and (series["loss"] < bar).any())
         return cls(
             name=name,
             system="grokking" if _is_grokking(config) else "fcn",
@@ -162,6 +160,7 @@ class Measured:
             val_steps=val_steps,
             val_acc=val_acc,
             grok=grok,
+            fitted=fitted,
         )
 
     @property
@@ -205,6 +204,7 @@ class Measured:
             "system": self.system,
             "dtype": self.dtype,
             "status": status,
+            "fits training set": self.fitted,
             "cycles": len(self.cycles),
             "onsets": ", ".join(str(c.start_step) for c in self.cycles) or "-",
             "spikes": ", ".join(str(c.spike_step) for c in self.cycles) or "-",
@@ -282,69 +282,83 @@ def analyze(
     cycled = _two_thirds([c >= 1 for c in counts.values()])
     roomy = [m.room_for_second for m in slingshot.values()]
     n_cycled = sum(c >= 1 for c in counts.values())
-    cycles_pre = Precondition(
+    names = {"slingshot": slingshot, "ε control": control, "SGD": sgd}
+
+    def precondition(
+        arms: tuple[str, ...],
+        also: tuple[str, bool, float] | None,
+        extra: dict[str, dict[int, Measured]] | None = None,
+    ) -> Precondition:
+        """Every seed of every named arm fitted its training set, and ``also`` (text, met,
+        measured) when given; the text names the arms and seeds that missed."""
+        pools = {**{a: names[a] for a in arms}, **(extra or {})}
+        missing = [f"{a} seed {s}" for a, pool in pools.items() for s, m in pool.items()
+                   if not m.fitted]  # fmt: skip
+        empty = [a for a, pool in pools.items() if not pool]
+        text = (
+            f"every seed of the {', '.join(pools)} arm(s) fits its training set (loss < ln 2 / n)"
+        )
+        met, measured = not missing and not empty, math.nan
+        if also is not None:
+            text += "; " + also[0]
+            met, measured = met and also[1], also[2]
+        if missing:
+            text += f" [not fitted: {', '.join(missing)}]"
+        if empty:
+            text += f" [no runs: {', '.join(empty)}]"
+        return Precondition(text, met=met, measured=measured)
+
+    cycles_text = (
         "the slingshot condition shows >= 1 cycle in >= 2/3 of its seeds (else there is "
-        "nothing for SGD or a larger ε to remove)",
-        met=cycled,
-        measured=float(n_cycled),
+        "nothing for SGD or a larger ε to remove)"
     )
     growth = "; ".join(
         f"{m.name}: spikes {', '.join(str(c.spike_step) for c in m.cycles) or '-'}, final "
         f"growth {m.final_growth(detector.window):.2g}/step"
         for m in slingshot.values()
     )
+    room = (
+        ">= 2/3 of the seeds have a first cycle and, after its end, at least as many steps as "
+        "it took to start (room for a second cycle)",
+        _two_thirds(roomy),
+        float(sum(roomy)),
+    )
     verdicts = [
-        judge(
-            claim=f"s1: Adam ε = {small:g} enters repeating slingshot cycles after fitting the "
-            "training set",
-            metric="detected cycles of the smallest-ε Adam run, per seed",
-            per_seed=counts,
-            threshold=S1_MIN_CYCLES,
-            direction=">=",
-            precondition=Precondition(
-                ">= 2/3 of the seeds have a first cycle and, after its end, at least as many "
-                "steps as it took to start (room for a second cycle)",
-                met=_two_thirds(roomy),
-                measured=float(sum(roomy)),
-            ),
-            control=Control(f"Adam ε = {large:g}, the same count", per_seed=control_counts),
-            detail=f"τ = {detector.growth_rate:g}/step; {growth}",
+        PROTOCOL.claim("s1").judge(
+            counts,
+            precondition=precondition(("slingshot", "ε control"), room),
+            control=control_counts,
+            detail=f"ε = {small:g} against ε = {large:g}; τ = {detector.growth_rate:g}/step; "
+            f"{growth}",
         ),
-        judge(
-            claim="s2: plain SGD shows no slingshot cycle",
-            metric="detected cycles of the SGD run, per seed",
-            per_seed=sgd_counts,
-            threshold=S2_MAX_CYCLES,
-            direction="<=",
-            precondition=cycles_pre,
-            control=Control(f"Adam ε = {small:g} (the slingshot condition)", per_seed=counts),
+        PROTOCOL.claim("s2").judge(
+            sgd_counts,
+            precondition=precondition(("SGD", "slingshot"), (cycles_text, cycled, float(n_cycled))),
+            control=counts,
+            detail=f"control: Adam ε = {small:g}",
         ),
-        judge(
-            claim=f"s3: a larger Adam ε ({large:g}) gives fewer cycles",
-            metric=f"cycles(ε = {small:g}) − cycles(ε = {large:g}), per seed",
-            per_seed={s: counts[s] - control_counts[s] for s in counts if s in control_counts},
-            threshold=S3_MIN_GAP,
-            direction=">=",
-            precondition=cycles_pre,
-            control=Control(
-                f"cycles(SGD) − cycles(ε = {large:g}): two arms without the mechanism",
-                per_seed={
-                    s: sgd_counts[s] - control_counts[s] for s in sgd_counts if s in control_counts
-                },
+        PROTOCOL.claim("s3").judge(
+            {s: counts[s] - control_counts[s] for s in counts if s in control_counts},
+            precondition=precondition(
+                ("slingshot", "ε control", "SGD"), (cycles_text, cycled, float(n_cycled))
             ),
+            control={
+                s: sgd_counts[s] - control_counts[s] for s in sgd_counts if s in control_counts
+            },
+            detail=f"cycles(ε = {small:g}) − cycles(ε = {large:g})",
         ),
     ]
     if wide:
-        wide_counts = {s: float(len(m.cycles)) for s, m in arm("adam", small, wide).items()}
+        wide_arm = arm("adam", small, wide)
+        wide_counts = {s: float(len(m.cycles)) for s, m in wide_arm.items()}
         verdicts.append(
-            judge(
-                claim="f64: the slingshot condition cycles in float64 too (not a float32 artefact)",
-                metric=f"detected cycles of Adam ε = {small:g} in float64, per seed",
-                per_seed=wide_counts,
-                threshold=F64_MIN_CYCLES,
-                direction=">=",
-                precondition=cycles_pre,
-                control=Control("SGD (float32), the same count", per_seed=sgd_counts),
+            PROTOCOL.claim("f64").judge(
+                wide_counts,
+                precondition=precondition(
+                    ("SGD",), (cycles_text, cycled, float(n_cycled)), extra={"float64": wide_arm}
+                ),
+                control=sgd_counts,
+                detail=f"Adam ε = {small:g} in float64",
             )
         )
     if grokking:
@@ -384,18 +398,13 @@ def _g1(runs: list[Measured], system: str) -> Verdict:
         f"(onsets {', '.join(str(c.start_step) for c in m.cycles) or '-'})"
         for m in runs
     )
-    return judge(
-        claim=f"g1: grokking (val accuracy >= {GROK_ACCURACY}) happens within one cycle length "
-        f"of a cycle onset ({system})",
-        metric="|grok step − nearest onset| / mean cycle length, per run that grokked",
-        per_seed=per_seed,
-        threshold=G1_MAX_LENGTHS,
-        direction="<=",
+    return PROTOCOL.claim("g1").judge(
+        per_seed,
         precondition=Precondition(
-            "the runs grok (validation accuracy reaches the threshold)",
+            f"the runs grok (validation accuracy reaches {GROK_ACCURACY})",
             met=bool(grokked),
             measured=float(len(grokked)),
         ),
-        control=Control("step 0 in place of the grok step", per_seed=control),
-        detail=f"{len(grokked)} of {len(runs)} run(s) grokked; {per_run}",
+        control=control,
+        detail=f"{system}; {len(grokked)} of {len(runs)} run(s) grokked; {per_run}",
     )

@@ -1,0 +1,191 @@
+"""The protocol of ``slingshot`` (S13): claims, statistics, thresholds, preconditions, ablation
+controls, seeds and presets, and the amendment log (issue 27; ``shared/DESIGN.md``, Protocol).
+
+Proposed amendments (not made; each needs a fresh, pre-registered test on new seeds):
+
+- fast's step budget from calibration seeds with margin (issue 28): second spikes fall at
+  42.9-45.4k steps and one seed in five or six misses them by 50k; a budget of ~60k would
+  need a `full` preset (60k x 3 conditions x 5 seeds exceeds fast's 3 minutes).
+- g1's control is a placebo event (step 0 in place of the grok step), not an ablation: the
+  ablation would be the grok step of a grokking run at the larger ε (no cycles) read against
+  the slingshot run's onsets, a new `paper` arm (GPU; not built).
+"""
+
+from __future__ import annotations
+
+from dynascope.studies.protocol import Amendment, ClaimSpec, Protocol
+
+__all__ = ["FITS", "PROTOCOL", "SEEDS"]
+
+SEEDS = {"smoke": 3, "fast": 5, "paper": 5}
+FITS = (
+    "fits the training set in every seed: its training loss falls below ln 2 / n_train "
+    "(every example's correct-class probability above 1/2, i.e. 100 % training accuracy; the "
+    "detector's arming certificate)"
+)
+_PAPER = "Thilak, Littwin, Zhai, Saremi, Paiss, Susskind, arXiv 2206.04817"
+_CYCLES = (
+    "the slingshot condition (Adam, smallest ε) has >= 1 cycle in >= 2/3 of its seeds (else "
+    "there is nothing for SGD or a larger ε to remove)"
+)
+
+PROTOCOL = Protocol(
+    study="slingshot",
+    claims=(
+        ClaimSpec(
+            id="s1",
+            claim="Adam (small ε) enters repeating slingshot cycles after fitting the training "
+            "set: most seeds show >= 2 cycles",
+            statement="Long after the training set is fit, adaptive optimizers enter repeating "
+            "cycles: the last layer's norm grows fast, the training loss spikes, the norm "
+            "levels off",
+            citation=f"{_PAPER}, sec. 3 and Fig. 1 (FCN on 200 CIFAR-10 images); "
+            "shared/systems/S13 s1",
+            metric="detected cycles of the smallest-ε Adam run (frozen detector, τ = 5e-5), "
+            "per seed; a seed passes with >= 2",
+            threshold=0.5,
+            direction=">=",
+            statistic="rate",
+            seed_threshold=2.0,
+            seed_direction=">=",
+            threshold_source="theory: 'repeating cycles' as the typical behaviour, i.e. more "
+            "than half of the seeds (rate 0.5); the per-seed bar 2 is S13's",
+            preconditions=(
+                "the slingshot arm " + FITS,
+                "the ε-control arm (Adam ε = 1e-4) " + FITS,
+                ">= 2/3 of the slingshot seeds have a first cycle and, after its end, at "
+                "least as many steps as it took to start (room for a second cycle)",
+            ),
+            control="Adam with the larger ε (1e-4), same init, steps and data: the same rate",
+        ),
+        ClaimSpec(
+            id="s2",
+            claim="plain SGD shows no slingshot cycle",
+            statement="The cycles are specific to adaptive optimizers: plain SGD shows none",
+            citation=f"{_PAPER}, sec. 3-4; shared/systems/S13 s2",
+            metric="detected cycles of the SGD run (lr 0.1), per seed",
+            threshold=0.0,
+            direction="<=",
+            threshold_source="theory: S13's 0 cycles",
+            preconditions=(
+                "the SGD arm " + FITS,
+                "the slingshot arm " + FITS,
+                _CYCLES,
+            ),
+            control="Adam (smallest ε) in place of SGD, same init, steps and data: the same count",
+        ),
+        ClaimSpec(
+            id="s3",
+            claim="a larger Adam ε gives fewer cycles",
+            statement="The cycles vanish with a larger Adam ε",
+            citation=f"{_PAPER}, sec. 4 (ε); shared/systems/S13 s3",
+            metric="cycles(ε = 1e-8) - cycles(ε = 1e-4), per seed",
+            threshold=1.0,
+            direction=">=",
+            threshold_source="theory: S13's cycles(1e-4) < cycles(1e-8); counts are integers, "
+            "so a gap > 0 is a gap >= 1",
+            preconditions=(
+                "the slingshot arm " + FITS,
+                "the ε-control arm " + FITS,
+                "the SGD arm " + FITS,
+                _CYCLES,
+            ),
+            control="the small-ε Adam arm replaced by SGD (Adam's normalised update removed): "
+            "cycles(SGD) - cycles(ε = 1e-4)",
+        ),
+        ClaimSpec(
+            id="f64",
+            claim="the slingshot condition cycles in float64 too (not a float32 artefact)",
+            statement="The cycles are a property of the optimizer's dynamics (our check: not "
+            "of float32 resolution)",
+            citation=f"{_PAPER}, sec. 3; docs/studies/slingshot.md (float64 control)",
+            metric="detected cycles of Adam (smallest ε) in float64, per seed (paper only)",
+            threshold=1.0,
+            direction=">=",
+            threshold_source="theory: at least one cycle",
+            preconditions=("the float64 arm " + FITS, "the SGD arm " + FITS, _CYCLES),
+            control="SGD in place of Adam (float32), the same count",
+        ),
+        ClaimSpec(
+            id="g1",
+            claim="grokking happens within one cycle length of a cycle onset",
+            statement="Without explicit regularisation, grokking happens almost only at the "
+            "onset of a slingshot cycle",
+            citation=f"{_PAPER}, sec. 5; shared/systems/S13 g1",
+            metric="|grok step - nearest onset| / mean cycle length, per run that grokked "
+            "(paper's grokking system)",
+            threshold=1.0,
+            direction="<=",
+            threshold_source="theory: S13's 'within one cycle length'",
+            preconditions=("the runs grok (validation accuracy reaches 0.95)",),
+            control="step 0 in place of the grok step (a placebo event; see the module "
+            "docstring for the proposed ablation)",
+        ),
+    ),
+    seeds=SEEDS,
+    calibration_seeds=(10000, 10001, 10002),
+    presets={
+        "smoke": "FCN 64-32-32-10 on 50 digits, 500 steps, 3 seeds: plumbing only",
+        "fast": "FCN 64-64-64-10 on 200 digits, 50,000 full-batch steps, 3 conditions "
+        "(Adam ε 1e-8, Adam ε 1e-4, SGD lr 0.1) x 5 seeds, one ensemble per condition, one "
+        "thread (~215 s expected on 2 idle cores: over the 3-minute goal); 50k = the "
+        "calibration seeds' latest second spike (44.2k) + 10 % (decided "
+        "after seeds 0 and 1 had been published by the audit: amendment)",
+        "paper": "S13's FCN 64-256-256-10 for 60k steps, ε sweep {1e-6, 1e-5, 1e-4}, the "
+        "float64 arm, 5 seeds; S13's grokking run per seed (GPU; not run)",
+    },
+    reproduces="fast, when each seed set's second spikes come before 50k steps (10 of 12 "
+    "seeds did under the earlier contract); a budget with margin is proposed for `full`",
+    registered="2026-12-07: fixed after the earlier contract's fast verdicts had been seen at "
+    "seeds 0-2 and 1000-1002 (s1-s3 held, 2 cycles in every seed), 10000-10002 (s1 not held: "
+    "2, 1, 2) and 4242-4244 (s1 not held: 2, 2, 1); this version states s1 as a rate, adds fit "
+    "preconditions per arm and 5 seeds",
+    amendments=(
+        Amendment(
+            date="2026-12-02",
+            claims=("s1", "s2", "s3"),
+            change="detector τ 2e-4 -> 5e-5 per step; fast's FCN width 256 -> 64; 1 -> 3 seeds "
+            "as ensembles; the median / max over seeds replaced by the mean and 2/3 of the seeds "
+            "(commits dc4267d, 68c1054).",
+            reason="τ = 2e-4 rejected the audit's second cycles (growth 0.8-1.7e-4/step); 5e-5 "
+            "is 5x the fitted-phase drift (~1e-5/step) and below the slowest second-cycle "
+            "growth (commit dc4267d).",
+            seen="the drift was measured on seed 1 and the second-cycle growth by the audit on "
+            "seeds 0 and 1 (evaluation seeds); fast at seed 0 (17k steps): 0 cycles, s1 and s3 "
+            "not held, s2 held.",
+        ),
+        Amendment(
+            date="2026-12-02",
+            claims=("s1", "s2", "s3"),
+            change="fast 18,000 -> 50,000 steps (commit ca68413).",
+            reason="the calibration seeds' (10000-10002) latest second spike, 44.2k, plus 10 %; "
+            "cost from the idle machine (18k steps: 60 s wall).",
+            seen="fast at 18k on seeds 0-2 and 1000-1002 (all inconclusive, 0 cycles; commit "
+            "7a2f670) and the audit's spikes at 42-45k for seeds 0 and 1, published before the "
+            "change.",
+        ),
+        Amendment(
+            date="2026-12-07",
+            claims=("s1",),
+            change="s1 becomes a rate: the fraction of seeds with >= 2 cycles, 95 % Wilson "
+            "interval, held when it lies >= 0.5 (was: the mean cycle count >= 2 and 2/3 of the "
+            "seeds).",
+            reason="issue 27: 'every seed passes' made s1 a coin flip at the edge of the "
+            "budget; the claim is about how often a run cycles repeatedly.",
+            seen="s1 held at seeds 0-2 and 1000-1002, not held at 10000-10002 (2, 1, 2) and "
+            "4242-4244 (2, 2, 1): 10 of 12 seeds with 2 cycles.",
+        ),
+        Amendment(
+            date="2026-12-07",
+            claims=("s1", "s2", "s3", "f64", "g1"),
+            change="issue 27 contract: 95 % intervals over 5 seeds per arm (was 3); fit "
+            "preconditions on every arm a claim reads. fast keeps 50k steps and one thread: "
+            "a K = 5 ensemble step costs 1.4x a K = 3 one (measured on calibration seeds), so "
+            "fast is expected at ~215 s on 2 idle cores, over its 3 minutes; two threads were "
+            "10x slower on the loaded machine, and fewer steps would cut the second cycle.",
+            reason="issue 27 (>= 5 seeds per arm at fast, fit preconditions on every arm).",
+            seen="the earlier contract's fast verdicts at seeds 0-2, 1000-1002, 10000-10002 and "
+            "4242-4244 (above).",
+        ),
+    ),
+)
