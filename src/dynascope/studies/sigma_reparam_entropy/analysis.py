@@ -1,5 +1,7 @@
 """σReparam analysis: collapse and instability of the baseline (judged apart), σReparam at the
-collapse LR, and the unit checks. Thresholds and rules: ``docs/studies/sigma-reparam-entropy.md``.
+collapse LR, and the unit checks, each judged through its spec in :mod:`.protocol` (thresholds,
+statistics, fit preconditions per arm and seed, ablation controls). Notes:
+``docs/studies/sigma-reparam-entropy.md``.
 """
 
 from __future__ import annotations
@@ -11,22 +13,22 @@ import numpy as np
 
 from dynascope.store import Run
 from dynascope.studies.base import Analysis, Verdict
-from dynascope.studies.verdict import Control, Precondition, judge
+from dynascope.studies.verdict import Precondition, interval_status, mean_interval
 
 from .figures import GLOBAL, METHODS, MIN_HEAD, sweep_figures
+from .protocol import (
+    COLLAPSE_FRACTION,
+    DIVERGED_RATIO,
+    FIT_ACCURACY,
+    OSCILLATION_RATIO,
+    PROTOCOL,
+    TAIL_FRACTION,
+)
 from .runs import CONTROL_DIFF_KEY, CONTROL_ERROR_KEY, DIFF_KEY, ERROR_KEY
 
 __all__ = ["METHODS", "analyze"]
 
-# Frozen thresholds (S12's proposals; see "Calibration" in the module docstring).
-COLLAPSE_FRACTION = 0.2  # final global entropy < 0.2·log T: collapsed
-KEEP_FRACTION = 0.5  # σReparam keeps global entropy > 0.5·log T at every logged step
-ACCURACY_MIN = 0.90  # σReparam's validation accuracy at LR*
-OSCILLATION_RATIO = 2.0  # tail mean train loss > 2× the minimum: oscillating
-TAIL_FRACTION = 0.1  # the tail: the last 10% of the steps
-DIVERGED_RATIO = 1e6  # the instability ratio of a diverged run (its own ratio is inf)
-U1_ATOL = 1e-6
-U2_RTOL = 0.01
+KEEP_FRACTION = PROTOCOL.claim("e2-entropy").threshold  # for the figures
 
 
 # -- analysis ---------------------------------------------------------------------------------
@@ -78,6 +80,11 @@ def _row(run: Run) -> dict:
         "loss_unstable": unstable,
         "collapsed": bool(final < COLLAPSE_FRACTION),  # entropy only (instability: apart)
         "entropy_nan": bool(run.scalar(GLOBAL).isna().any()),
+        "finite": bool(
+            run.status != "diverged"
+            and np.isfinite(_last(run, "train.loss"))
+            and np.isfinite(final)
+        ),
     }
 
 
@@ -108,28 +115,20 @@ def _analyze_units(units: dict[int, Run]) -> list[Verdict]:
     )
     worst = max((v["err_worst"] for v in values.values()), default=math.nan)
     steps = min((v["steps"] for v in values.values()), default=0)
-    u1 = judge(
-        claim="u1: σReparam nn.Linear equals the plain Linear at init (γ = σ₀)",
-        metric="max |SN(x) − Linear(x)| at init, float32, per seed",
-        per_seed=pick("diff"),
-        threshold=U1_ATOL,
-        direction="<=",
+    said = lambda key: ", ".join(f"{v[key]:.2g}" for v in values.values())  # noqa: E731
+    u1 = PROTOCOL.claim("u1").judge(
+        pick("diff"),
         precondition=ran,
-        control=Control("σReparam with γ = 1 (not σ₀), the same difference", pick("diff_control")),
+        control=None,
+        detail=f"for scale, the same difference with γ = 1 instead of σ₀: {said('diff_control')}",
     )
-    u2 = judge(
-        claim="u2: the running σ tracks ‖W‖₂ under slow drift",
-        metric=f"|σ_running / ‖W‖₂ − 1| after {steps} drift steps, per seed",
-        per_seed=pick("err"),
-        threshold=U2_RTOL,
-        direction="<=",
+    u2 = PROTOCOL.claim("u2").judge(
+        pick("err"),
         precondition=ran,
-        control=Control(
-            "σ from one power iteration started at a fresh random u each step (the persistent u "
-            "removed), the same error",
-            pick("err_control"),
-        ),
-        detail=f"largest error over the drift, any seed: {worst:.2e}",
+        control=None,
+        detail=f"{steps} drift steps; largest error over the drift, any seed: {worst:.2e}; for "
+        f"scale, σ from one power iteration from a fresh random u each step: "
+        f"{said('err_control')}",
     )
     return [u1, u2]
 
@@ -142,100 +141,110 @@ def _by_lr(rows: list[dict], method: str) -> dict[float, list[dict]]:
     return out
 
 
-def _rule(values: list[float], passes) -> bool:
-    """The mean over seeds passes and >= 2/3 of the seeds pass (NaN fails)."""
-    if not values or any(math.isnan(v) for v in values):
-        return False
-    return bool(passes(float(np.mean(values)))) and 3 * sum(map(passes, values)) >= 2 * len(values)
+def _fits(groups: list[list[dict]], key: str, bar: float) -> tuple[bool, float]:
+    """(every row of every group has ``key >= bar``, the lowest value); a missing group or a
+    NaN fails."""
+    values = [r[key] for g in groups for r in g]
+    if not values or any(not g for g in groups) or any(math.isnan(v) for v in values):
+        return False, math.nan
+    return min(values) >= bar, float(min(values))
 
 
 def _analyze_sweep(rows: list[dict]) -> list[Verdict]:
     """e1-collapse, e1-instability, e2-entropy, e2-accuracy; each over the seeds of one
-    (variant, LR). LR* = the smallest swept LR above the control LR (the smallest) at which
-    the baseline's final entropy collapses by the rule (the mean and 2/3 of the seeds)."""
+    (variant, LR), judged through :data:`.protocol.PROTOCOL`. LR* = the smallest swept LR above
+    the control LR (the smallest) whose baseline final entropy has its 95 % interval
+    <= COLLAPSE_FRACTION (sec. 3 of arXiv 2303.06296: the collapse LR)."""
     baseline, sigma = _by_lr(rows, "baseline"), _by_lr(rows, "sigma")
     if not baseline:
         return []
-    collapses = lambda v: v < COLLAPSE_FRACTION  # noqa: E731
     high, low = max(baseline), min(baseline)
     entropies = {lr: [r["final_entropy/logT"] for r in g] for lr, g in baseline.items()}
-    collapsed = [lr for lr, v in entropies.items() if lr > low and _rule(v, collapses)]
+    collapsed = [
+        lr
+        for lr, v in entropies.items()
+        if lr > low
+        and interval_status(mean_interval(v), COLLAPSE_FRACTION, "<=") == "held"
+        and not any(math.isnan(x) for x in v)
+    ]
     lr_star = min(collapsed) if collapsed else None
     at = lr_star if lr_star is not None else high  # where instability and e2 are judged
     note = f"LR* = {lr_star:g}" if lr_star is not None else "no swept LR collapses (no LR*)"
     by_seed = lambda group, key: {r["seed"]: float(r[key]) for r in group}  # noqa: E731
-    has_star = Precondition(
-        "the baseline collapses at a swept LR above the control LR (LR* exists)",
-        met=lr_star is not None,
-        measured=lr_star if lr_star is not None else math.nan,
+    star = (lr_star is not None, lr_star if lr_star is not None else math.nan)
+    star_text = (
+        "LR* exists: a swept LR above the control LR where the baseline's final entropy "
+        f"interval lies <= {COLLAPSE_FRACTION:g}·log T"
     )
-    e1 = judge(
-        claim="e1-collapse: the baseline's attention entropy collapses at a high LR (Adam, no "
-        "warmup)",
-        metric="baseline final global entropy / log T at the largest swept LR, per seed",
-        per_seed=by_seed(baseline[high], "final_entropy/logT"),
-        threshold=COLLAPSE_FRACTION,
-        direction="<=",
-        precondition=Precondition(
-            "the sweep has a control LR below the high one",
-            met=low < high,
-            measured=high / low,
+    control_fits, control_worst = _fits([baseline[low]], "val.accuracy", FIT_ACCURACY)
+    control_text = (
+        f"the baseline at the control LR ({low:g}) reaches val accuracy >= {FIT_ACCURACY:g} in "
+        f"every seed (lowest {control_worst:.3g})"
+    )
+
+    def finite(lr: float) -> bool:
+        """Every seed of the baseline at ``lr`` ran, with a finite final loss and entropy."""
+        return bool(baseline.get(lr)) and all(r["finite"] for r in baseline[lr])
+
+    group = sigma.get(at, [])
+    sigma_fits, sigma_worst = _fits([group], "val.accuracy", FIT_ACCURACY)
+
+    def pre(*parts: tuple[str, bool, float]) -> Precondition:
+        """All parts met; measured: the first unmet part's value (NaN if none has one)."""
+        unmet = [p for p in parts if not p[1]]
+        return Precondition(
+            "; ".join(p[0] for p in parts),
+            met=not unmet,
+            measured=unmet[0][2] if unmet else parts[0][2],
+        )
+
+    e1 = PROTOCOL.claim("e1-collapse").judge(
+        by_seed(baseline[high], "final_entropy/logT"),
+        precondition=pre(
+            (control_text, control_fits, control_worst),
+            (
+                f"every seed of the baseline at lr={high:g} has a finite final loss and entropy",
+                finite(high),
+                math.nan,
+            ),
+            ("the sweep has a control LR below the high one", low < high, high / low),
         ),
-        control=Control(
-            f"the baseline at the control LR ({low:g}), the same entropy",
-            by_seed(baseline[low], "final_entropy/logT"),
-        ),
-        detail=note,
+        control=by_seed(baseline[low], "final_entropy/logT"),
+        detail=f"control: the baseline at lr={low:g}; {note}",
     )
     # ratios capped at DIVERGED_RATIO; a non-finite loss (ratio inf) counts it: finite for judge
     ratio = lambda group: {  # noqa: E731
         k: min(v, DIVERGED_RATIO) for k, v in by_seed(group, "loss_tail/min").items()
     }
-    e1b = judge(
-        claim="e1-instability: at LR* the baseline's loss is unstable (diverges or oscillates)",
-        metric="baseline train-loss mean over the last 10% of steps / its minimum at LR*, per "
-        f"seed, capped at {DIVERGED_RATIO:g} (a non-finite loss counts {DIVERGED_RATIO:g})",
-        per_seed=ratio(baseline[at]),
-        threshold=OSCILLATION_RATIO,
-        direction=">=",
-        precondition=has_star,
-        control=Control(
-            f"the baseline at the control LR ({low:g}), the same ratio", ratio(baseline[low])
-        ),
-        detail=f"judged at lr={at:g}; {note}",
+    e1b = PROTOCOL.claim("e1-instability").judge(
+        ratio(baseline[at]),
+        precondition=pre((star_text, *star), (control_text, control_fits, control_worst)),
+        control=ratio(baseline[low]),
+        detail=f"judged at lr={at:g}, control the baseline at lr={low:g}; {note}; tail: the "
+        f"last {TAIL_FRACTION:.0%} of steps, unstable above {OSCILLATION_RATIO:g}x",
     )
-    group = sigma.get(at, [])
-    e2 = judge(
-        claim="e2-entropy: at LR*, σReparam keeps the attention entropy above 0.5·log T",
-        metric="σReparam min over logged steps of global entropy / log T at LR*, per seed",
-        per_seed=by_seed(group, "min_entropy/logT"),
-        threshold=KEEP_FRACTION,
-        direction=">=",
-        precondition=has_star,
-        control=Control(
-            f"the baseline at lr={at:g}, its min entropy", by_seed(baseline[at], "min_entropy/logT")
+    e2 = PROTOCOL.claim("e2-entropy").judge(
+        by_seed(group, "min_entropy/logT"),
+        precondition=pre(
+            (star_text, *star),
+            (
+                f"σReparam at lr={at:g} trains: val accuracy >= {FIT_ACCURACY:g} in every seed "
+                f"(lowest {sigma_worst:.3g})",
+                sigma_fits,
+                sigma_worst,
+            ),
+            (control_text, control_fits, control_worst),
         ),
-        detail=f"at lr={at:g}; {note}",
+        control=by_seed(baseline[at], "min_entropy/logT"),
+        detail=f"at lr={at:g}, control the baseline there; {note}; σReparam val accuracy: "
+        + ", ".join(f"seed {r['seed']}: {r['val.accuracy']:.3g}" for r in group),
     )
-    fit = [r["val.accuracy"] for r in baseline[low]]
-    fits = _rule(fit, lambda v: v >= ACCURACY_MIN)
-    e2b = judge(
-        claim=f"e2-accuracy: at LR*, σReparam trains to validation accuracy >= {ACCURACY_MIN:g}",
-        metric="σReparam last validation accuracy at LR*, per seed",
-        per_seed=by_seed(group, "val.accuracy"),
-        threshold=ACCURACY_MIN,
-        direction=">=",
-        precondition=Precondition(
-            f"LR* exists, and the preset's steps suffice to fit: the baseline at the control LR "
-            f"reaches val accuracy >= {ACCURACY_MIN:g} (mean and 2/3 of the seeds)",
-            met=lr_star is not None and fits,
-            measured=float(np.mean(fit)) if fit else math.nan,
-        ),
-        control=Control(
-            f"the baseline at lr={at:g}, its val accuracy", by_seed(baseline[at], "val.accuracy")
-        ),
-        detail=f"at lr={at:g}; {note}; the baseline at the control LR: "
-        + ", ".join(f"seed {r['seed']}: {r['val.accuracy']:.3g}" for r in baseline[low]),
+    e2b = PROTOCOL.claim("e2-accuracy").judge(
+        by_seed(group, "val.accuracy"),
+        precondition=pre((star_text, *star), (control_text, control_fits, control_worst)),
+        control=by_seed(baseline[at], "val.accuracy"),
+        detail=f"at lr={at:g}, control the baseline there; {note}; the baseline at the control "
+        "LR: " + ", ".join(f"seed {r['seed']}: {r['val.accuracy']:.3g}" for r in baseline[low]),
     )
     return [e1, e1b, e2, e2b]
 
