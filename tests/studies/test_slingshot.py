@@ -67,7 +67,8 @@ def _store(tmp_path, plant: dict[str, list[int]], val=None, steps=4000, seeds=5,
         _, loss, norm = _planted(steps, plant.get(spec.name, []))
         if floor and spec.name in floor:
             loss = np.maximum(loss, floor[spec.name])
-        runs[spec.name] = _write_run(tmp_path / "runs", spec, loss, norm, val)
+        run_val = val.get(spec.name) if isinstance(val, dict) else val
+        runs[spec.name] = _write_run(tmp_path / "runs", spec, loss, norm, run_val)
     return runs
 
 
@@ -174,17 +175,32 @@ def test_losses_below_float32_resolution_are_not_spikes(tmp_path):
     assert run_cycles(run)[0] == []
 
 
+def _slingshot_val(grok: int) -> dict[str, np.ndarray]:
+    """Validation accuracy reaching 0.97 at ``grok`` for the slingshot FCN arm only."""
+    val = np.where(np.arange(4001) >= grok, 0.97, 0.8)
+    return {f"adam_eps1e-08_s{k}": val for k in range(5)}
+
+
 def test_grokking_near_an_onset_adds_g1(tmp_path):
-    val = np.where(np.arange(4001) >= 1600, 0.97, 0.8)  # groks at 1600, onset of cycle 2 ~1500
-    runs = _store(tmp_path, THREE, val=val)
+    runs = _store(tmp_path, THREE, val=_slingshot_val(1600))  # onset of cycle 2 ~1500
     verdicts = {v.claim.split(":")[0]: v for v in analyze(runs, tmp_path).verdicts}
     g1 = verdicts["g1"]
     assert g1.passed and 0 < g1.measured < 1
+    # the control: the ε = 1e-4 arm never groks (censored at step 4000), far from the onsets
+    assert g1.control.kind == "ablation" and g1.control.measured > 1
+    assert g1.control.status == "not held"
+
+
+def test_g1_is_inconclusive_when_the_larger_eps_run_groks_at_the_same_step(tmp_path):
+    """Grokking at the same step without cycles: its timing is not tied to the cycles."""
+    val = np.where(np.arange(4001) >= 1600, 0.97, 0.8)
+    runs = _store(tmp_path, THREE, val=val)  # every arm groks at 1600
+    g1 = {v.claim.split(":")[0]: v for v in analyze(runs, tmp_path).verdicts}["g1"]
+    assert g1.control.status == "held" and g1.status == "inconclusive"
 
 
 def test_grokking_without_a_cycle_fails_g1(tmp_path):
-    val = np.where(np.arange(4001) >= 1600, 0.97, 0.8)
-    runs = _store(tmp_path, {}, val=val)
+    runs = _store(tmp_path, {}, val=_slingshot_val(1600))
     g1 = {v.claim.split(":")[0]: v for v in analyze(runs, tmp_path).verdicts}["g1"]
     assert math.isnan(g1.measured) and not g1.passed
 
@@ -193,8 +209,9 @@ def test_presets_validate_and_conditions_differ_only_in_the_optimizer():
     assert "slingshot" in studies.names()
     assert studies.get("slingshot") is STUDY
     assert STUDY.protocol.study == "slingshot"
-    # paper: 5 seeds x (ε 1e-8, 1e-6, 1e-5, 1e-4, SGD, ε 1e-8 in float64) + 5 grokking runs
-    for name, n_runs in (("smoke", 9), ("fast", 15), ("paper", 35)):
+    # paper: 5 seeds x (ε 1e-8, 1e-6, 1e-5, 1e-4, SGD, ε 1e-8 in float64) + 5 x 2 grokking
+    # runs (ε 1e-8 and its ablation at ε 1e-4)
+    for name, n_runs in (("smoke", 9), ("fast", 15), ("paper", 40)):
         specs = build_runs(STUDY.preset(name))
         assert len(specs) == n_runs
         assert len({s.name for s in specs}) == n_runs
@@ -254,8 +271,15 @@ def test_paper_preset_adds_one_grokking_run_per_seed_and_smoke_fast_none():
     assert STUDY.preset("smoke").grokking is None and STUDY.preset("fast").grokking is None
     specs = {s.name: s.config for s in build_runs(STUDY.preset("paper"), seed=4)}
     grok = {name: cfg for name, cfg in specs.items() if name.startswith("grok")}
-    assert sorted(grok) == [f"grok_adam_s{k}" for k in range(5)]
+    assert sorted(grok) == [f"grok_adam_eps0.0001_s{k}" for k in range(5)] + [
+        f"grok_adam_s{k}" for k in range(5)
+    ]
     assert [grok[f"grok_adam_s{k}"].seed for k in range(5)] == [4, 5, 6, 7, 8]
+    ablation = grok["grok_adam_eps0.0001_s0"]  # g1's control: only ε differs
+    assert ablation.optimizer.eps == 1e-4 and grok["grok_adam_s0"].optimizer.eps == 1e-8
+    assert ablation.seed == grok["grok_adam_s0"].seed
+    strip = {"name": "x", "optimizer": None}
+    assert ablation.model_copy(update=strip) == grok["grok_adam_s0"].model_copy(update=strip)
     cfg = grok["grok_adam_s0"]
     assert (cfg.task.p, cfg.task.op, cfg.task.train_fraction, cfg.task.split_seed) == (
         53,
@@ -278,8 +302,8 @@ def test_paper_preset_adds_one_grokking_run_per_seed_and_smoke_fast_none():
     assert (cfg.monitor.schedule, cfg.monitor.every) == ("every", 1)
 
 
-def _grok_spec(k: int = 0):
-    return next(s for s in build_runs(STUDY.preset("paper")) if s.name == f"grok_adam_s{k}")
+def _grok_spec(k: int = 0, prefix: str = "grok_adam"):
+    return next(s for s in build_runs(STUDY.preset("paper")) if s.name == f"{prefix}_s{k}")
 
 
 def _grok_val(steps: int, grok: int | None) -> np.ndarray:
@@ -298,6 +322,12 @@ def _with_grokking(tmp_path, onsets, grok, *, fcn_val=None):
         _, loss, norm = _planted(4000, onsets)
         grok_runs[spec.name] = _write_run(
             tmp_path / "runs", spec, loss, norm, _grok_val(4000, grok)
+        )
+        # the ablation (ε = 1e-4): no cycle, never groks (censored at its last step)
+        spec = _grok_spec(k, "grok_adam_eps0.0001")
+        _, loss, norm = _planted(4000, [])
+        grok_runs[spec.name] = _write_run(
+            tmp_path / "runs", spec, loss, norm, _grok_val(4000, None)
         )
     return fcn, {**fcn, **grok_runs}
 
@@ -332,7 +362,7 @@ def test_grokking_run_near_an_onset_passes_g1_and_leaves_s1_to_s3_alone(tmp_path
     )
     assert verdicts["g1"].measured == pytest.approx(expected) and verdicts["g1"].passed
     assert "5 of 5 run(s) grokked" in verdicts["g1"].detail
-    assert verdicts["g1"].control.status == "not held"  # step 0 is far from every onset
+    assert verdicts["g1"].control.status == "not held"  # ε = 1e-4 never groks: censored, far
     rows = {r["run"]: r for r in analysis.tables["runs: cycles, final values, grok step"]}
     assert (
         rows["grok_adam_s0"]["system"] == "grokking" and rows["grok_adam_s0"]["grok step"] == 1600
@@ -349,7 +379,7 @@ def test_grokking_run_near_an_onset_passes_g1_and_leaves_s1_to_s3_alone(tmp_path
 
 def test_grokking_far_from_any_onset_fails_g1_even_if_the_fcn_groks_near_one(tmp_path):
     """With a grokking run present, g1 is measured on it, not on the FCN runs."""
-    fcn_val = np.where(np.arange(4001) >= 1600, 0.97, 0.8)  # the FCN groks near its onset 1500
+    fcn_val = _slingshot_val(1600)  # the slingshot FCN arm groks near its onset 1500
     fcn, runs = _with_grokking(tmp_path, [500], grok=3500, fcn_val=fcn_val)
     (cycle,), _ = run_cycles(runs["grok_adam_s0"])  # the same in every grokking run
     expected = (3500 - cycle.start_step) / cycle.length

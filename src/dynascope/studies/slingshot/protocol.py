@@ -6,9 +6,6 @@ Proposed amendments (not made; each needs a fresh, pre-registered test on new se
 - fast's step budget from calibration seeds with margin (issue 28): second spikes fall at
   42.9-45.4k steps and one seed in five or six misses them by 50k; a budget of ~60k would
   need a `full` preset (60k x 3 conditions x 5 seeds exceeds fast's 3 minutes).
-- g1's control is a placebo event (step 0 in place of the grok step), not an ablation: the
-  ablation would be the grok step of a grokking run at the larger ε (no cycles) read against
-  the slingshot run's onsets, a new `paper` arm (GPU; not built).
 """
 
 from __future__ import annotations
@@ -117,9 +114,13 @@ PROTOCOL = Protocol(
             threshold=1.0,
             direction="<=",
             threshold_source="theory: S13's 'within one cycle length'",
-            preconditions=("the runs grok (validation accuracy reaches 0.95)",),
-            control="step 0 in place of the grok step (a placebo event; see the module "
-            "docstring for the proposed ablation)",
+            preconditions=(
+                "the slingshot-ε runs grok (validation accuracy reaches 0.95)",
+                "every run read (slingshot ε and the larger ε) " + FITS,
+            ),
+            control="the same seed's run at the larger ε (cycles removed; same init, data and "
+            "steps): its grok step (censored at its last step if it never groks) against the "
+            "slingshot run's onsets and mean cycle length",
         ),
     ),
     seeds=SEEDS,
@@ -179,7 +180,10 @@ PROTOCOL = Protocol(
             date="2026-12-07",
             claims=("s1", "s2", "s3", "f64", "g1"),
             change="issue 27 contract: 95 % intervals over 5 seeds per arm (was 3); fit "
-            "preconditions on every arm a claim reads. fast keeps 50k steps and one thread: "
+            "preconditions on every arm a claim reads; g1's placebo control (step 0 as the grok "
+            "step, not an ablation) replaced by the larger-ε grokking run of the same seed (a "
+            "new paper arm; the FCN fallback reads the ε-control FCN arm). fast keeps 50k "
+            "steps and one thread: "
             "a K = 5 ensemble step costs 1.4x a K = 3 one (measured on calibration seeds), so "
             "fast is expected at ~215 s on 2 idle cores, over its 3 minutes; two threads were "
             "10x slower on the loaded machine, and fewer steps would cut the second cycle.",

@@ -156,7 +156,9 @@ def _condition_name(optimizer: str, value: float, k: int, dtype: str = "float32"
 
 def build_runs(preset: SlingshotPreset, seed: int = 0) -> list[RunSpec]:
     """Per condition, one ensemble of ``preset.seeds`` members (run seeds ``seed + k``); every
-    condition's member k has the same init. With ``preset.grokking``, ``grok_adam_s{k}``."""
+    condition's member k has the same init. With ``preset.grokking``, per seed the grokking
+    run at ``adam_eps`` (``grok_adam_s{k}``) and its ablation at the largest control ε
+    (``grok_adam_eps{ε:g}_s{k}``, g1's control: cycles removed, same init and data)."""
     conditions = [("adam", eps, "float32") for eps in (preset.adam_eps, *preset.control_eps)]
     conditions.append(("sgd", preset.sgd_lr, "float32"))
     if preset.float64:
@@ -176,12 +178,18 @@ def build_runs(preset: SlingshotPreset, seed: int = 0) -> list[RunSpec]:
             )
             specs.append(RunSpec(_condition_name(optimizer, value, k, dtype), config, build, group))
     if preset.grokking is not None:
-        for k in range(preset.seeds):
-            name = f"grok_adam_s{k}"
-            grok = validate_config(
-                preset.grokking.model_dump(mode="json"), [f"name={name}", f"seed={seed + k}"]
-            )
-            specs.append(RunSpec(name, grok, build_registry))
+        ablation = max(preset.control_eps, default=None)
+        for eps, prefix in (
+            (preset.adam_eps, "grok_adam"),
+            (ablation, f"grok_adam_eps{ablation:g}"),
+        ):
+            if eps is None:
+                continue
+            for k in range(preset.seeds):
+                name = f"{prefix}_s{k}"
+                overrides = [f"name={name}", f"seed={seed + k}", f"optimizer.eps={eps}"]
+                grok = validate_config(preset.grokking.model_dump(mode="json"), overrides)
+                specs.append(RunSpec(name, grok, build_registry))
     return specs
 
 
