@@ -8,11 +8,13 @@ Run by hand (not part of the test suite); each prints a ratio measured side by s
 
 Results and how to read them: docs/benchmarks.md (section "Instruments").
 
-(a) ``overhead``: ``Trainer.run()`` of a 4-layer, d_model 256, 8-head transformer (d_mlp 1024,
-    byte-level LM on the stdlib corpus, n_ctx 64, batch 16, AdamW) for ``--steps`` steps with
-    the default monitor (``qk_spectrum`` + ``ov_spectrum`` on a 30-point log schedule) against
-    the same run with ``monitor.probes=[]``. Repeats are interleaved (with, without, with, ...);
-    the ratio is median time with / median time without. Goal: <= 1.01. Because a busy machine
+(a) ``overhead``: ``run_members(build_registry, config, tmpdir)`` of a 4-layer, d_model 256,
+    8-head transformer (d_mlp 1024, byte-level LM on the stdlib corpus, n_ctx 64, batch 16,
+    AdamW) for ``--steps`` steps with the default monitor (``qk_spectrum`` + ``ov_spectrum`` on
+    a 30-point log schedule) against the same run with ``monitor.probes=[]``, both on
+    ``--threads`` intra-op threads (``train.threads``) and timed whole (building the parts
+    included, alike in both). Repeats are interleaved (with, without, with, ...); the ratio is
+    median time with / median time without. Goal: <= 1.01. Because a busy machine
     swings whole runs by several percent, the script also times ``Monitor.step`` inside the runs
     with the monitor and reports 1 + (time in Monitor.step) / (rest of the run), which the
     noise of other processes hits far less.
@@ -39,7 +41,7 @@ import time
 import torch
 
 from dynascope.config import validate_config
-from dynascope.train import Trainer
+from dynascope.train import SeedStreams, build_registry, run_members
 
 
 def _header(threads: int) -> None:
@@ -64,6 +66,7 @@ def overhead(steps: int, repeats: int) -> None:
             "eval_every": steps,
             "eval_batches": 2,
             "checkpoint_every": steps,
+            "threads": torch.get_num_threads(),
         },
     }
     configs = {
@@ -88,17 +91,17 @@ def overhead(steps: int, repeats: int) -> None:
     for r in range(repeats):
         for name, cfg in configs.items():
             with tempfile.TemporaryDirectory(prefix="dynascope-bench-") as tmp:
-                trainer = Trainer(cfg, tmp)
                 monitor_seconds[0] = 0.0
                 t0 = time.perf_counter()
-                trainer.run()
+                run_members(build_registry, cfg, tmp)
                 times[name].append(time.perf_counter() - t0)
             if name == "with monitor":
                 inside.append(1 + monitor_seconds[0] / (times[name][-1] - monitor_seconds[0]))
             print(f"  repeat {r + 1} {name}: {times[name][-1]:.2f} s "
                   f"(Monitor.step {monitor_seconds[0]:.3f} s)", flush=True)  # fmt: skip
     with_, without = (statistics.median(times[k]) for k in configs)
-    n_probe_steps = len(Trainer(configs["with monitor"], "/nonexistent").schedule.steps)
+    cfg = configs["with monitor"]
+    n_probe_steps = len(build_registry(cfg, SeedStreams(cfg.seed)).probe_schedule.steps)
     print(f"(a) {steps} steps, {n_probe_steps} probe steps: with {with_:.2f} s, "
           f"without {without:.2f} s (medians of {repeats})")  # fmt: skip
     print(f"(a) ratio with/without = {with_ / without:.4f}   (goal <= 1.01)")

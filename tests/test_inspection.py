@@ -281,6 +281,37 @@ def test_dynascope_checkpoints_file_and_run_directory(run_dir: Path):
     pd.testing.assert_frame_equal(last, one)
 
 
+def test_study_run_directory_is_read_with_its_own_build(tmp_path: Path):
+    """A run whose runner.json names a study's build and config class (config.yaml is no
+    registry config): the model comes from that build, each checkpoint loaded into it."""
+    from dynascope.studies.compositional_icl_bottleneck.runs import (
+        CompositionalRunConfig,
+        build_compositional,
+    )
+    from dynascope.train import Loop, SeedStreams, run_members
+
+    config = CompositionalRunConfig(
+        loop=Loop(steps=4, log_every=2, eval_every=4, checkpoint_every=2),
+        model="vanilla", d_model=8, n_heads=2, n_layers=2, n_context=4, batch_size=4,
+        eval_sequences=8,
+    )  # fmt: skip
+    run_dir = tmp_path / "run"
+    run_members(build_compositional, config, run_dir)
+    result = runner.invoke(app, ["inspect", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    rows = re.findall(r"^│\s*(\d+)\s*│\s*(\d+)\s*│", result.stdout, re.MULTILINE)
+    assert rows == [("2", "0"), ("2", "1"), ("4", "0"), ("4", "1")], result.stdout  # step, layer
+    model = build_compositional(config, SeedStreams(config.seed)).model
+    model.load_state_dict(torch.load(run_dir / "checkpoints" / "step_4.pt")["model"])
+    expected = ds.inspect(model.eval())
+    series = ds.inspect(run_dir)
+    assert list(series["step"].unique()) == [2, 4]
+    last = series[series["step"] == 4].drop(columns="step").reset_index(drop=True)
+    assert list(last["layer"]) == [0, 0, 1, 1] and list(last["head"]) == [0, 1, 0, 1]
+    assert set(last["d_head"]) == {4}
+    pd.testing.assert_frame_equal(last, expected)
+
+
 def test_cli_inspect_tokens_and_out(tmp_path: Path):
     model = gpt2()
     model.save_pretrained(tmp_path / "ckpt")

@@ -25,6 +25,7 @@ checkpoints: then one block of rows per checkpoint with its ``step``).
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 from pathlib import Path
@@ -218,29 +219,42 @@ def _load_hf(path: Path) -> nn.Module:
     return model.eval()
 
 
-def _run_config(path: Path):
-    from dynascope.config import load_config
-
+def _config_file(path: Path) -> Path:
     for directory in (path.parent, path.parent.parent):
         if (directory / "config.yaml").is_file():
-            return load_config(directory / "config.yaml")
+            return directory / "config.yaml"
     raise ValueError(
         f"PATH: {str(path)!r} is a .pt file without a dynascope config.yaml beside it or in "
         "its run directory (RUN/checkpoints/step_N.pt reads RUN/config.yaml)"
     )
 
 
-def _load_pt(path: Path) -> nn.Module:
-    from dynascope.config import build_model, build_task
+def _run_model(config_file: Path) -> nn.Module:
+    """The untrained model of a run: ``Parts.model`` of the build its ``runner.json`` names
+    (:func:`dynascope.train.load_run_config`; none: a registry config), on the CPU."""
+    from dynascope.train import SeedStreams, load_run_config
 
-    config = _run_config(path)
+    build, config = load_run_config(config_file)
+    with torch.random.fork_rng(devices=[]):  # the caller's RNG is left as it was
+        return build(config, SeedStreams(config.seed)).model  # type: ignore[attr-defined]
+
+
+def _load_pt(path: Path, built: dict[Path, nn.Module]) -> nn.Module:
+    """The model of ``path``'s run with its weights; ``built`` keeps each run's untrained model
+    (a build may also draw data sets: one build per run, not one per checkpoint)."""
+    config_file = _config_file(path)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # UnpicklingError for disallowed objects, RuntimeError if not torch
         raise ValueError(f"PATH: {str(path)!r} is not a readable state dict ({err})") from None
     if isinstance(state, dict) and isinstance(state.get("model"), dict):
         state = state["model"]  # a dynascope checkpoint: {"step", "model", "optimizer", ...}
-    model = build_model(config.model, build_task(config.task))
+    if config_file not in built:
+        built[config_file] = _run_model(config_file)
+    model = copy.deepcopy(built[config_file])
+    dtypes = {v.dtype for v in state.values() if isinstance(v, Tensor) and v.is_floating_point()}
+    if len(dtypes) == 1:  # the run's dtype (the engine casts the model to it)
+        model.to(dtypes.pop())
     try:
         model.load_state_dict(state)
     except (RuntimeError, TypeError) as err:
@@ -263,7 +277,9 @@ def load_checkpoints(path: str | os.PathLike[str]) -> list[tuple[int | None, nn.
         - a Hugging Face checkpoint directory (``config.json`` + weights, as ``save_pretrained``
           writes), loaded with ``local_files_only=True``: ``[(None, model)]``;
         - a ``.pt`` file holding a state dict (or a dynascope checkpoint ``{"model": ...}``)
-          next to, or one level under, a dynascope ``config.yaml``: ``[(None, model)]``;
+          next to, or one level under, a dynascope ``config.yaml``: ``[(None, model)]``, the
+          model that run's build makes (any run: the build its ``runner.json`` names, a
+          study's too; none: a registry config; :func:`dynascope.train.load_run_config`);
         - a dynascope run directory (``config.yaml`` + ``checkpoints/step_N.pt``): every
           checkpoint, with its step;
         - a directory of checkpoints (Hugging Face directories or ``.pt`` files whose names end
@@ -273,6 +289,8 @@ def load_checkpoints(path: str | os.PathLike[str]) -> list[tuple[int | None, nn.
     Raises:
         ValueError: if ``path`` does not exist or holds none of the above, a ``.pt`` file has no
             config, a checkpoint name carries no step, or the weights do not load.
+        dynascope.config.ConfigError: (a ``ValueError``) the run's config or ``runner.json``
+            does not load.
     """
     path = Path(path)
     if not path.exists():
@@ -283,7 +301,7 @@ def load_checkpoints(path: str | os.PathLike[str]) -> list[tuple[int | None, nn.
                 f"PATH: {str(path)!r} is not a checkpoint (allowed: a Hugging Face checkpoint "
                 "directory, a .pt file, a run directory, a directory of checkpoints)"
             )
-        return [(None, _load_pt(path))]
+        return [(None, _load_pt(path, {}))]
     if _is_hf_dir(path):
         return [(None, _load_hf(path))]
     if (path / "config.yaml").is_file() and (path / "checkpoints").is_dir():
@@ -301,9 +319,9 @@ def load_checkpoints(path: str | os.PathLike[str]) -> list[tuple[int | None, nn.
             f"PATH: checkpoint names must end in their step (checkpoint-500, step_500.pt; got "
             f"{', '.join(unnamed)})"
         )
-    loaded = []
+    loaded, built = [], {}  # built: each run's model, built once
     for step, member in sorted(zip(steps, members, strict=True), key=lambda pair: pair[0]):
-        loaded.append((step, _load_hf(member) if member.is_dir() else _load_pt(member)))
+        loaded.append((step, _load_hf(member) if member.is_dir() else _load_pt(member, built)))
     return loaded
 
 
