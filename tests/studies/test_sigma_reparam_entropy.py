@@ -227,6 +227,8 @@ def test_sigma_reparam_that_learnt_nothing_does_not_hold_e2_entropy(tmp_path):
     assert e2.measured == pytest.approx(0.8) and e2.interval[0] >= 0.5  # on the claimed side
     assert e2.status == "inconclusive" and not e2.precondition.met
     assert e2.precondition.measured == pytest.approx(0.15)
+    assert "(lowest 0.15) [NOT MET]" in e2.precondition.text  # the part that failed, named
+    assert "interval lies <= 0.2·log T; σReparam" in e2.precondition.text  # LR* met
     assert e2.control.kind == "ablation" and e2.control.status == "not held"
     # the control is read on the baseline's runs at LR*, not on σReparam's
     assert e2.control.measured == pytest.approx(min(COLLAPSING))

@@ -190,10 +190,11 @@ def _analyze_sweep(rows: list[dict]) -> list[Verdict]:
     sigma_fits, sigma_worst = _fits([group], "val.accuracy", FIT_ACCURACY)
 
     def pre(*parts: tuple[str, bool, float]) -> Precondition:
-        """All parts met; measured: the first unmet part's value (NaN if none has one)."""
+        """All parts met; each unmet part's text ends in ``[NOT MET]``; measured: the first
+        unmet part's value (NaN if none has one)."""
         unmet = [p for p in parts if not p[1]]
         return Precondition(
-            "; ".join(p[0] for p in parts),
+            "; ".join(p[0] + ("" if p[1] else " [NOT MET]") for p in parts),
             met=not unmet,
             measured=unmet[0][2] if unmet else parts[0][2],
         )
