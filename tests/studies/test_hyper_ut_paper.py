@@ -18,6 +18,7 @@ import torch
 from dynascope.nn.universal import HyperUT, UniversalTransformer
 from dynascope.store import load_run
 from dynascope.studies.hyper_ut_pvr import STUDY, HyperUTPresets, analyze, build_runs
+from dynascope.studies.hyper_ut_pvr.analysis import gap_standard_error
 from dynascope.studies.hyper_ut_pvr.runs import DigitsRun, VectorPVRRun, effective_holdout
 from dynascope.studies.hyper_ut_pvr.study import DigitsComparison, VectorSweep, VisualPVRSweep
 from dynascope.tasks.digits_pvr import DigitsPVR
@@ -69,7 +70,9 @@ def test_paper_preset_validates_and_builds_every_run():
     assert HyperUTPresets.model_validate(preset.model_dump()) == preset
     specs = build_runs(preset)
     names = [s.name for s in specs]
-    assert len(set(names)) == len(names) == 9 + 3 * 3 * 4 * 5 + 3 * 3 + 3 * 3 * 3
+    # 5 seeds: hop-PVR (3 models + the shuffled-label UT-ACT), vector PVR (3 models x 4 m x
+    # 5 aggregations), digits (3 models), visual PVR (3 models x 3 m)
+    assert len(set(names)) == len(names) == 4 * 5 + 3 * 4 * 5 * 5 + 3 * 5 + 3 * 3 * 5
     assert {s.group for s in specs if s.config.model in ("fixed", "vit")} >= {"fixed", "digits_vit"}
     assert all(s.group is None for s in specs if s.config.model in ("ut_act", "hyper_ut"))
     vec = [s for s in specs if s.name.startswith("vec_")]
@@ -170,7 +173,8 @@ def test_paper_tables_are_seed_means_of_the_stores(tiny_out):
     assert [c["claim"].split(":")[0] for c in data["claims"]] == ["u1", "u2", "u3"]
     hop = {n: load_run(out / "runs" / n) for n in ("ut_act_s0", "hyper_ut_s0")}
     gap = hop["hyper_ut_s0"].last("eval.h3.accuracy") - hop["ut_act_s0"].last("eval.h3.accuracy")
-    assert outcome.claims[2].measured == pytest.approx(gap)  # paper runs do not enter u1-u3
+    se = gap_standard_error(hop["ut_act_s0"].config["eval_size"])  # u3 reads gaps in SE units
+    assert outcome.claims[2].measured == pytest.approx(gap / se)  # paper runs do not enter u1-u3
     vector = data["tables"]["vector PVR per m and aggregation (seed means)"]
     assert [(r["m"], r["agg"]) for r in vector] == [
         (0, "sum"),

@@ -71,6 +71,6 @@ def test_tiny_run_finishes_and_resumes_bitwise_after_a_crash(tmp_path, monkeypat
 
 def test_paper_preset_builds_the_hyperteacher_table_on_the_engine():
     specs = [s for s in STUDY.build_runs(STUDY.preset("paper"), 0) if s.name.startswith("hyper_")]
-    assert len(specs) == 3 * 6 * 3  # learners x (M, K) x seeds
+    assert len(specs) == 3 * 6 * 5  # learners x (M, K) x seeds
     assert all(s.group is None for s in specs)  # the inner loop's autograd: lone runs
     assert {type(s.config) for s in specs} == {ht.HyperteacherRunConfig}
