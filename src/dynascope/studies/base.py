@@ -396,7 +396,11 @@ class Study:
             for name, run in runs.items():  # a run kept untouched keeps its report
                 if name not in kept or not (run.path / "report.html").is_file():
                     report_run(run.path)
-        configs = {name: run.config for name, run in runs.items()}
+        # every planned run's config, a run that failed before writing its store included
+        configs = {name: run.config for name, run in runs.items() if run.config}
+        manifest = out / "study.json"
+        if manifest.is_file():
+            configs = json.loads(manifest.read_text()).get("runs", {}) | configs
         write_study_report(self, outcome, analysis.figures, out / "report.html", configs)
         return outcome
 
