@@ -153,7 +153,7 @@ def test_presets_validate_and_match_the_registry():
 
 def test_fast_preset_conditions_differ_only_in_what_they_study():
     specs = {s.name: s for s in build_runs(STUDY.preset("fast"))}
-    runs = {name: spec.config.run for name, spec in specs.items() if not name.startswith("a_")}
+    runs = {name: spec.config for name, spec in specs.items() if not name.startswith("a_")}
     uniform, decoupled = runs["c_lm_uniform_s0"], runs["c_lm_decoupled_s0"]
     assert uniform.optimizer.weight_decay.attention == 1.0
     assert decoupled.optimizer.weight_decay.attention == 0.0
