@@ -247,8 +247,7 @@ def _lm(runs: dict[str, Run], figures: Path):
         precondition=Precondition(spec.preconditions[0], worst <= LM_LEARNED, worst),
         control={s: diff(ablated, s) for s in seeds},
     )
-    figure = lm_figure({"uniform": list(uniform.values()),
-                        "decoupled": list(decoupled.values())}, rows, figures)  # fmt: skip
+    figure = lm_figure({cond: list(seeded.values()) for cond, seeded in conditions}, rows, figures)
     return [verdict], [figure], rows
 
 

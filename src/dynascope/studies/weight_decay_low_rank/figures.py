@@ -142,7 +142,7 @@ def recall_figures(rows: list[dict], spectra: list[tuple[str, Run]], figures: Pa
 
 def lm_figure(arms: dict[str, list[Run]], rows: list[dict], figures: Path) -> Path:
     """Validation loss over training per condition (one line per seed) and head-mean ranks."""
-    fig, (ax1, ax2) = new_figure(2, title="(c) byte-level LM: uniform vs decoupled weight decay")
+    fig, (ax1, ax2) = new_figure(2, title="(c) byte-level LM: weight decay per condition")
     late = []
     for c, (condition, runs) in enumerate(arms.items()):
         for k, run in enumerate(runs):
@@ -156,14 +156,14 @@ def lm_figure(arms: dict[str, list[Run]], rows: list[dict], figures: Path) -> Pa
         title += " (step 0 above the axis)"
     ax1.set(xlabel="step", ylabel="validation loss (nats/byte)", title=title)
     ax1.legend()
-    width = 0.35
+    width = 0.8 / len(arms)
     for k, condition in enumerate(arms):
         mine = [r for r in rows if r["condition"] == condition]
         for j, which in enumerate(("qk", "ov")):
             v = [r[f"{which}.rank_1e-2"] for r in mine]
-            ax2.bar(j + (k - 0.5) * width, np.mean(v), width, color=f"C{k}",
-                    label=condition if j == 0 else None)  # fmt: skip
-            ax2.plot(np.full(len(v), j + (k - 0.5) * width), v, "k.", ms=5)
+            x = j + (k - (len(arms) - 1) / 2) * width
+            ax2.bar(x, np.mean(v), width, color=f"C{k}", label=condition if j == 0 else None)
+            ax2.plot(np.full(len(v), x), v, "k.", ms=5)
     ax2.set_xticks(np.arange(2), ["W_QK rank", "W_OV rank"])
     ax2.set(ylabel="head-mean rank at 1e-2 (dots: seeds)", title="attention ranks at the last step")
     top = max((max(r["qk.rank_1e-2"], r["ov.rank_1e-2"]) for r in rows), default=1.0)
