@@ -10,8 +10,8 @@ import math
 
 from dynascope.report.suite import markdown_table, suite_rows
 from dynascope.studies.base import StudyOutcome, dump_json
-from dynascope.studies.verdict import Control, Precondition, judge
 from dynascope.studies.protocol import Amendment, ClaimSpec, Protocol
+from dynascope.studies.verdict import Control, Precondition, judge
 
 
 def _write(path, data):

@@ -16,7 +16,6 @@ from dynascope.studies.weight_decay_low_rank.analysis import (
     _toy,
     fit_log_slope,
     settled_step,
-    toy_seed_metrics,
 )
 from dynascope.studies.weight_decay_low_rank.runs import build_toy
 from dynascope.tasks import MatrixFactorization

@@ -26,14 +26,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from dynascope.studies.verdict import legacy_direction
+from dynascope.studies.verdict import claim_id, legacy_direction
 
 __all__ = ["claim_cell", "control_cell", "interval_cell", "markdown_table", "spread_cell",
            "suite_rows"]  # fmt: skip
-
-
-def _claim_id(claim: str) -> str:
-    return claim.split(":")[0].strip()
 
 
 def _number(value: Any) -> str:
@@ -77,7 +73,7 @@ def interval_cell(claim: dict[str, Any]) -> str:
 def claim_cell(claim: dict[str, Any]) -> str:
     """A claim's id, with ``†`` when its protocol logs an amendment to it and ``(identity)``
     for an implementation check."""
-    cell = _claim_id(claim["claim"])
+    cell = claim_id(claim["claim"])
     if claim.get("amended"):
         cell += " †"
     if claim.get("kind") == "identity":

@@ -38,6 +38,7 @@ from pydantic import BaseModel
 from dynascope.store import Run, RunLockedError, load_run, safe_name, stored_run
 from dynascope.train import Parts, SeedStreams
 
+from ._plan import MANIFEST
 from .protocol import Protocol
 from .verdict import Verdict
 
@@ -398,9 +399,7 @@ class Study:
                     report_run(run.path)
         # every planned run's config, a run that failed before writing its store included
         configs = {name: run.config for name, run in runs.items() if run.config}
-        manifest = out / "study.json"
-        if manifest.is_file():
-            configs = json.loads(manifest.read_text()).get("runs", {}) | configs
+        configs = _manifest(out).get("runs", {}) | configs
         write_study_report(self, outcome, analysis.figures, out / "report.html", configs)
         return outcome
 
@@ -486,11 +485,19 @@ def _device(config: BaseModel) -> str:
     return getattr(loop if loop is not None else config, "device", "cpu")
 
 
+def _manifest(out: Path) -> dict[str, Any]:
+    """``out/study.json`` (:data:`~dynascope.studies._plan.MANIFEST`), or ``{}`` when unreadable."""
+    try:
+        return json.loads((out / MANIFEST).read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+
+
 def _base_seed(out: Path) -> int | None:
     """The seed the study's runs were shifted by, from ``out/study.json`` (``None``: unknown)."""
     try:
-        return int(json.loads((out / "study.json").read_text())["seed"])
-    except (FileNotFoundError, KeyError, TypeError, ValueError):
+        return int(_manifest(out)["seed"])
+    except (KeyError, TypeError, ValueError):
         return None
 
 

@@ -34,12 +34,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .verdict import DIRECTIONS, KINDS, STATISTICS, Control, Precondition, Verdict, judge
+from .verdict import (
+    DIRECTIONS,
+    KINDS,
+    MIN_SEEDS,
+    STATISTICS,
+    Control,
+    Precondition,
+    Verdict,
+    judge,
+)
 
 __all__ = ["CALIBRATION_MIN", "Amendment", "ClaimSpec", "Protocol"]
 
 CALIBRATION_MIN = 10_000
-MIN_EVALUATION_SEEDS = 5  # per arm, at fast and full (shared/DESIGN.md, Study)
 
 
 @dataclass(frozen=True)
@@ -90,10 +98,13 @@ class ClaimSpec:
                 f"(got {self.statistic!r})"
             )
         if self.kind not in KINDS:
-            raise ValueError(f"{self.id}: kind must be one of {', '.join(KINDS)} (got {self.kind!r})")
+            raise ValueError(
+                f"{self.id}: kind must be one of {', '.join(KINDS)} (got {self.kind!r})"
+            )
         if not math.isfinite(self.threshold):
             raise ValueError(f"{self.id}: threshold must be finite (got {self.threshold})")
-        if self.statistic == "rate" and (self.seed_threshold is None or self.seed_direction is None):
+        unbarred = self.seed_threshold is None or self.seed_direction is None
+        if self.statistic == "rate" and unbarred:
             raise ValueError(f"{self.id}: statistic 'rate' needs seed_threshold and seed_direction")
         if self.kind == "finding" and not self.control:
             raise ValueError(f"{self.id}: a finding needs an ablation control (got none)")
@@ -248,9 +259,9 @@ class Protocol:
             )
         for preset in ("fast", "full"):
             n = self.seeds.get(preset)
-            if n is not None and n < MIN_EVALUATION_SEEDS:
+            if n is not None and n < MIN_SEEDS:
                 raise ValueError(
-                    f"{self.study}: seeds[{preset!r}] must be >= {MIN_EVALUATION_SEEDS} (got {n})"
+                    f"{self.study}: seeds[{preset!r}] must be >= {MIN_SEEDS} (got {n})"
                 )
         for amendment in self.amendments:
             unknown = set(amendment.claims) - set(ids) - {"*"}

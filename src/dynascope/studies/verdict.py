@@ -67,6 +67,7 @@ __all__ = [
     "Control",
     "Precondition",
     "Verdict",
+    "claim_id",
     "interval_status",
     "judge",
     "legacy_direction",
@@ -94,6 +95,11 @@ def legacy_direction(detail: str) -> str:
     ``<=``, ``>=``, ``==``, ``<`` or ``>``; ``unknown`` when it states none."""
     found = _LEGACY_DIRECTION.search(detail)
     return found.group(1) if found else "unknown"
+
+
+def claim_id(claim: str) -> str:
+    """A claim's id: the text of ``"id: the claim in words"`` before the first ``:``."""
+    return claim.split(":")[0].strip()
 
 
 def _floats(values: Any) -> tuple[float, ...]:
@@ -395,8 +401,8 @@ class Verdict:
 
     @property
     def claim_id(self) -> str:
-        """The claim's id: the text before the first ``:`` of ``claim``."""
-        return self.claim.split(":")[0].strip()
+        """The claim's id (:func:`claim_id`)."""
+        return claim_id(self.claim)
 
     @property
     def spread(self) -> dict[str, float | int]:
@@ -443,7 +449,9 @@ def _judge_control(
     status = "inconclusive" if n_finite < MIN_SEEDS else interval_status(
         interval, threshold, direction
     )
-    return Control(control.text, dict(control.per_seed), control.kind, measured, interval, n, status)
+    return Control(
+        control.text, dict(control.per_seed), control.kind, measured, interval, n, status
+    )
 
 
 def judge(

@@ -24,7 +24,8 @@ The ablation ``penalty="product"`` puts the same lam on the product instead of t
 ``W = A B^T``; gradient flow conserves ``A^T A - B^T B`` (the loss depends on ``W`` alone) and
 the minimum is the shrinkage ``sigma_i = d_i / (1 + c lam)``, no mode is zeroed.
 
-With the factor penalty, gradient flow gives ``d/dt (A^T A - B^T B) = -2 lam (A^T A - B^T B)`` (the G terms cancel), so
+With the factor penalty, gradient flow gives ``d/dt (A^T A - B^T B) = -2 lam (A^T A - B^T B)``
+(the G terms cancel), so
 balancedness decays as ``exp(-2 lam t)``; for balanced factors the penalty equals
 ``lam * ||A B^T||_*`` (nuclear norm). Minimising ``s (sigma - d)^2 + lam sigma`` over
 ``sigma >= 0`` gives the soft-threshold ``sigma_i = max(d_i - c lam, 0)`` with ``c = 1/(2s)``:

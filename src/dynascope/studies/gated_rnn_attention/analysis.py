@@ -242,7 +242,7 @@ def _icl(by_seed: dict[int, dict[str, Run]]) -> tuple[list[Verdict], list[dict]]
         r is not None and last(r, "eval.mse") < _first(r, "eval.mse") for r in ablation
     )
     verdicts = []
-    for ref, name in (("lsa", "trained linear attention"), ("gd", "one GD step with η*")):
+    for ref, _name in (("lsa", "trained linear attention"), ("gd", "one GD step with η*")):
         per_seed, control, fits, errors = {}, {}, [], []
         for s in seeds:
             grnn, other = by_seed[s].get("grnn"), by_seed[s].get(ref)

@@ -107,7 +107,7 @@ def _seed_rows(runs: dict[str, Run], cfg: HopPVRRun) -> list[dict]:
                   for h in cfg.eval_hops]  # fmt: skip
         row["rho_shuffled"] = _rho(cfg.eval_hops, ponder)
         row["fit_fixed"] = min(
-            (_at(fixed, f"eval.h{h}.accuracy") if fixed else math.nan for h in cfg.train_hops)
+            _at(fixed, f"eval.h{h}.accuracy") if fixed else math.nan for h in cfg.train_hops
         )
         row["finished"] = ut.status == "finished" and hyper.status == "finished"
         row["finished_shuffled"] = shuffled is not None and shuffled.status == "finished"

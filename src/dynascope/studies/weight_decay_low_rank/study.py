@@ -98,8 +98,8 @@ def smoke() -> WeightDecayLowRankPreset:
 
 def fast() -> WeightDecayLowRankPreset:
     """5 seeds per arm: toy (factor and product penalty), 3 recall arms (1000 steps, batch 64,
-    lr 1e-2), 3 LM arms (600 steps, batch 16, n_ctx 32); sizes chosen on calibration seeds 10000 and 20000 for
-    cost (<= 180 s CPU) and for learning recall, docs/studies/weight-decay-low-rank.md."""
+    lr 1e-2), 3 LM arms (600 steps, batch 16, n_ctx 32); sizes chosen on calibration seeds
+    10000 and 20000 for cost and for learning recall (docs/studies/weight-decay-low-rank.md)."""
     return WeightDecayLowRankPreset(
         toy=_toy(),
         recall=_recall_run(d_model=32, steps=1000, batch_size=64, lr=1e-2),
@@ -141,7 +141,8 @@ def _arm(base: RunConfig, name: str, overrides: list[str], seeds: list[int]) -> 
 def build_runs(preset: WeightDecayLowRankPreset, seed: int = 0) -> list[RunSpec]:
     """Toy runs (one per seed) with λ on the factors and, the ablation, on the product; recall
     arms λ_attn = 0, λ_attn = λ and the control (λ_attn = 0, decay λ on the other matrices); LM
-    arms uniform (λ everywhere), decoupled (λ_attn = 0) and the control (λ_other = 0). Seeds ``seed + k``, k < ``preset.seeds``; one ensemble per arm."""
+    arms uniform (λ everywhere), decoupled (λ_attn = 0) and the control (λ_other = 0). Seeds
+    ``seed + k``, k < ``preset.seeds``; one ensemble per arm."""
     seeds = [seed + k for k in range(preset.seeds)]
     toy = [
         RunSpec(f"a_{arm}_s{k}", preset.toy.model_copy(update={"seed": s, "penalty": penalty}),
