@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 
 from dynascope import studies
-from dynascope.studies.base import PRESETS
 
 # Studies whose analysis still builds legacy verdicts: none since every study was ported to
 # judge() (issue 18, part B); never add to it.
@@ -93,7 +92,7 @@ def test_the_detector_finds_legacy_calls_and_ignores_judged_ones(monkeypatch):
 @pytest.mark.parametrize("name", studies.names())
 def test_seed_shifts_every_run_of_every_preset(name):
     study = studies.get(name)
-    for preset in PRESETS:
+    for preset in study.presets:
         config = study.preset(preset)
         base = [s.config.model_dump_json() for s in study.build_runs(config, 0)]
         shifted = [s.config.model_dump_json() for s in study.build_runs(config, 1000)]

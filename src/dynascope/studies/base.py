@@ -2,8 +2,9 @@
 
 A study is ``Study(name, claim, source, presets, build_runs, analyze)``:
 
-- ``presets``: ``{"smoke": fn, "fast": fn, "paper": fn}``, each returning a frozen pydantic
-  preset (the study's own config class);
+- ``presets``: ``{"smoke": fn, "fast": fn, "paper": fn}``, and ``"full"`` where the finding
+  needs more than ``fast`` (in :data:`PRESETS` order), each returning a frozen pydantic preset
+  (the study's own config class);
 - ``build_runs(preset, seed) -> list[RunSpec]``: the independent runs; each spec names a
   module-level ``build(config, streams) -> Parts`` (picklable, so any executor can ship it),
   trained by :func:`dynascope.train.run_members`;
@@ -55,7 +56,11 @@ __all__ = [
     "Verdict",
 ]
 
-PRESETS = ("smoke", "fast", "paper")
+# the preset tiers, cheapest first: smoke (plumbing, seconds), fast (a demo, <= 3 min on 2
+# cores), full (where the finding needs it: <= 20 min on 2 idle cores, sized on calibration
+# seeds), paper (the paper's scale, GPU). Every study has all but ``full``.
+PRESETS = ("smoke", "fast", "full", "paper")
+REQUIRED_PRESETS = ("smoke", "fast", "paper")
 # ``--seed`` shifts every run's seed; the bound leaves room for a study's own offsets below the
 # engine's seed range [0, 2**64)
 MAX_STUDY_SEED = 2**32
