@@ -9,10 +9,13 @@ import math
 import numpy as np
 import pytest
 import torch
+from scipy.stats import spearmanr
 
 from dynascope import studies
 from dynascope.store import RunStore, load_run
 from dynascope.studies.gradual_rank import (
+    SGD_LR,
+    SGD_MOMENTUM,
     STUDY,
     ToyRun,
     active_counts,
@@ -135,16 +138,17 @@ def _toys(path, **kwargs):
     return {f"toy_s{k}": _toy_store(path / f"toy_s{k}", seed=k, **kwargs) for k in range(5)}
 
 
-def _vit_store(path, srank_by_layer: list[list[float]], seed: int = 0):
+def _vit_store(path, srank_by_layer: list[list[float]], seed: int = 0, accuracy: float = 0.9):
     steps = [0, 1, 2, 4, 8, 16, 32, 64, 128, 256]
+    optimizer = "sgd" if path.name.startswith("vit_sgd") else "adam"
     with RunStore(path) as store:
         store.write_config(
-            {"name": path.name, "seed": seed, "model": {"name": "vit", "n_layers": 2,
-                                                        "d_model": 32, "n_heads": 2,
-                                                        "d_head": None}}
+            {"name": path.name, "seed": seed, "optimizer": {"name": optimizer},
+             "model": {"name": "vit", "n_layers": 2, "d_model": 32, "n_heads": 2,
+                       "d_head": None}}
         )  # fmt: skip
         for k, step in enumerate(steps):
-            row = {"val.accuracy": 0.9}
+            row = {"val.accuracy": accuracy}
             for layer, sranks in enumerate(srank_by_layer):
                 value = 0.0 if step == 0 else sranks[k - 1]
                 for product in ("dqk", "dov"):
@@ -155,17 +159,27 @@ def _vit_store(path, srank_by_layer: list[list[float]], seed: int = 0):
     return load_run(path)
 
 
-def _vits(path):
-    rising = [1.0, 1.2, 1.5, 1.7, 2.0, 2.2, 2.5, 2.8, 3.0]
-    return {f"vit_s{k}": _vit_store(path / f"vit_s{k}", [rising, rising], k) for k in range(5)}
+RISING = [1.0, 1.2, 1.5, 1.7, 2.0, 2.2, 2.5, 2.8, 3.0]  # ends at 3 <= d_head/4 = 4
+FLAT_HIGH = [9.0, 9.5, 9.0, 9.5, 9.0, 9.5, 9.0, 9.5, 9.0]  # no trend (ρ = 0), ends at 9 > 4
+
+
+def _vits(path, sgd=(FLAT_HIGH, FLAT_HIGH), sgd_accuracy=0.9):
+    """Five Adam ViTs whose Δ_QK srank rises and stays low, and five SGD controls (default:
+    no rise, high rank)."""
+    adam = {f"vit_s{k}": _vit_store(path / f"vit_s{k}", [RISING, RISING], k) for k in range(5)}
+    control = {
+        f"vit_sgd_s{k}": _vit_store(path / f"vit_sgd_s{k}", list(sgd), k, sgd_accuracy)
+        for k in range(5)
+    }
+    return {**adam, **control}
 
 
 def test_analyze_on_hand_built_stores_gives_the_known_verdicts(tmp_path):
-    rising = [1.0, 1.2, 1.5, 1.7, 2.0, 2.2, 2.5, 2.8, 3.0]  # ends at 3 <= d_head/4 = 4
     runs = {
         **_toys(tmp_path),
+        **_vits(tmp_path),
         **{
-            f"vit_s{k}": _vit_store(tmp_path / f"vit_s{k}", [rising, [r / 2 for r in rising]], k)
+            f"vit_s{k}": _vit_store(tmp_path / f"vit_s{k}", [RISING, [r / 2 for r in RISING]], k)
             for k in range(5)
         },
     }
@@ -185,9 +199,14 @@ def test_analyze_on_hand_built_stores_gives_the_known_verdicts(tmp_path):
     assert by_name["t3"].measured < 0.01 and by_name["t3"].status == "held"  # same τ stages
     assert by_name["t3"].control.measured == pytest.approx(1 / 3)  # 1 − log 1e2 / log 1e3
     assert by_name["v1-rise"].measured == pytest.approx(1.0) and by_name["v1-rise"].passed
-    assert by_name["v1-rise"].control.status == "not held"  # time order shuffled
+    # the SGD control: ρ(step, 9, 9.5, 9, …) over the 9 log-points, alternating ranks
+    rho_flat = spearmanr(range(9), FLAT_HIGH).statistic
+    assert by_name["v1-rise"].control.measured == pytest.approx(rho_flat)
+    assert by_name["v1-rise"].control.status == "not held" and by_name["v1-rise"].status == "held"
     assert by_name["v1-end"].measured == pytest.approx(3.0 / 16) and by_name["v1-end"].passed
-    assert by_name["v1-end"].control.measured > 0.4  # isotropic 32 × 32: srank ≈ 32/4 = 8
+    assert by_name["v1-end"].control.measured == pytest.approx(9.0 / 16)  # the SGD arm's end
+    assert by_name["v1-end"].control.n_seeds == 5
+    assert by_name["v1-end"].control.status == "not held"
     assert list(by_name["v1-end"].seeds) == [0, 1, 2, 3, 4]
     assert all(p.is_file() for p in analysis.figures) and len(analysis.figures) == 4
 
@@ -196,6 +215,7 @@ def test_analyze_reports_a_double_switch_on_and_a_falling_rank_as_failures(tmp_p
     falling = [9.0, 8.5, 8.0, 7.5, 7.0, 6.5, 6.0, 5.5, 5.0]  # ρ = −1, ends at 5 > 4
     runs = {
         **_toys(tmp_path, ov_second_with_first=True),
+        **_vits(tmp_path),
         **{
             f"vit_s{k}": _vit_store(
                 tmp_path / f"vit_s{k}", [[1, 2, 3, 3, 3, 3, 3, 3, 3], falling], k
@@ -221,6 +241,26 @@ def test_a_control_that_learns_in_stages_too_makes_t1_and_t2_inconclusive(tmp_pa
         assert by_name[claim].control.status == "held"
         assert by_name[claim].status == "inconclusive"
     assert by_name["t2"].control.measured == 1
+
+
+def test_an_sgd_control_that_also_ranks_low_and_rising_makes_v1_inconclusive(tmp_path):
+    """v1's control is the same ViT trained by SGD: if its update's rank also rose and stayed
+    low, the claims could not attribute it to Adam."""
+    runs = {**_toys(tmp_path), **_vits(tmp_path, sgd=(RISING, RISING))}
+    by_name = {v.claim.split(":")[0]: v for v in analyze(runs, tmp_path / "f").verdicts}
+    for claim in ("v1-rise", "v1-end"):
+        assert by_name[claim].precondition.met
+        assert by_name[claim].control.status == "held"
+        assert by_name[claim].status == "inconclusive"
+
+
+def test_an_sgd_control_that_did_not_learn_fails_the_vit_precondition(tmp_path):
+    runs = {**_toys(tmp_path), **_vits(tmp_path, sgd_accuracy=0.3)}
+    by_name = {v.claim.split(":")[0]: v for v in analyze(runs, tmp_path / "f").verdicts}
+    for claim in ("v1-rise", "v1-end"):
+        assert not by_name[claim].precondition.met
+        assert by_name[claim].precondition.measured == pytest.approx(0.3)
+        assert by_name[claim].status == "inconclusive"
 
 
 def test_an_alpha_that_does_not_fit_the_teacher_fails_the_toy_preconditions(tmp_path):
@@ -281,12 +321,22 @@ def test_presets_validate_and_fast_matches_s10():
     assert "gradual-rank" in studies.names()
     assert studies.get("gradual-rank") is STUDY
     assert [s.name for s in build_runs(STUDY.preset("smoke"))] == [
-        "toy_s0", "toy_s1", "toy_s2", "vit_s0"]  # fmt: skip
-    five = [*(f"toy_s{k}" for k in range(5)), *(f"vit_s{k}" for k in range(5))]
-    for name in ("fast", "paper"):  # >= 5 seeds per arm; the ViTs train as one ensemble
+        "toy_s0", "toy_s1", "toy_s2", "vit_s0", "vit_sgd_s0"]  # fmt: skip
+    five = [*(f"toy_s{k}" for k in range(5)), *(f"vit_s{k}" for k in range(5)),
+            *(f"vit_sgd_s{k}" for k in range(5))]  # fmt: skip
+    for name in ("fast", "paper"):  # >= 5 seeds per arm; each ViT arm trains as one ensemble
         specs = build_runs(STUDY.preset(name))
         assert [s.name for s in specs] == five
-        assert {s.group for s in specs if s.name.startswith("vit")} == {"vit"}
+        assert {s.group for s in specs if s.name.startswith("vit")} == {"vit", "vit_sgd"}
+        assert {s.name for s in specs if s.group == "vit_sgd"} == {
+            f"vit_sgd_s{k}" for k in range(5)
+        }
+        adam = [s.config for s in specs if s.group == "vit"]
+        sgd = [s.config for s in specs if s.group == "vit_sgd"]
+        assert [c.seed for c in sgd] == [c.seed for c in adam]  # same seeds, same steps
+        assert {(c.optimizer.name, c.optimizer.lr, c.optimizer.momentum) for c in sgd} == {
+            ("sgd", SGD_LR, SGD_MOMENTUM)}  # fmt: skip
+        assert {c.train.steps for c in sgd} == {c.train.steps for c in adam}
     toy = STUDY.preset("fast").toy
     assert (toy.n_ctx, toy.d_model, toy.n_seq, toy.lr) == (8, 8, 256, 0.05)
     assert toy.alphas == [1.0, 1e-1, 1e-2, 1e-3] and toy.strengths == [2.0, 1.0, 0.5]
@@ -311,7 +361,7 @@ def test_smoke_preset_end_to_end(tmp_path):
     for claim in data["claims"]:  # computed; null = not measurable at smoke size (one α: t3)
         assert claim["measured"] is None or isinstance(claim["measured"], float)
         assert isinstance(claim["passed"], bool)
-    assert [r["status"] for r in data["runs"]] == ["finished"] * 4
+    assert [r["status"] for r in data["runs"]] == ["finished"] * 5
     figures = sorted(p.name for p in (tmp_path / "figures").glob("*.png"))
     assert figures == ["toy_entries.png", "toy_loss.png", "vit_delta_spectra.png", "vit_srank.png"]
     assert (tmp_path / "report.html").read_text().count("data:image/png;base64") == 4

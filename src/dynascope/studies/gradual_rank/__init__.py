@@ -15,9 +15,11 @@ from .analysis import (
     switched_on,
 )
 from .runs import ToyRun, build_toy
-from .study import STUDY, VIT_FAST_STEPS, GradualRankPreset, build_runs
+from .study import SGD_LR, SGD_MOMENTUM, STUDY, VIT_FAST_STEPS, GradualRankPreset, build_runs
 
 __all__ = [
+    "SGD_LR",
+    "SGD_MOMENTUM",
     "STUDY",
     "VIT_FAST_STEPS",
     "GradualRankPreset",

@@ -6,13 +6,14 @@ Thresholds, the drop window and the switch-on reading: ``docs/studies/gradual-ra
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
 
 from dynascope.store import Run
 from dynascope.studies.base import Analysis
-from dynascope.studies.verdict import Control, Precondition, Verdict
+from dynascope.studies.verdict import Precondition, Verdict
 
 from .figures import toy_figures, vit_figures
 from .protocol import PROTOCOL, TOY_FIT, V1_MIN_ACCURACY
@@ -426,42 +427,27 @@ def _worst(values: list[float], pick) -> float:
     return math.nan if not values or any(map(math.isnan, values)) else float(pick(values))
 
 
-def _isotropic_srank_fraction(d_model: int, d_head: int, seed: int) -> float:
-    """srank / d_head of an i.i.d. Gaussian ``d_model × d_model`` update, drawn from ``seed``:
-    the v1-end control, an update with no preferred direction (Δ_QK's rank can reach
-    ``min(d_model, 2 d_head)``)."""
-    g = np.random.default_rng(seed)
-    s = np.linalg.svd(g.standard_normal((d_model, d_model)), compute_uv=False)
-    return float((s**2).sum() / s[0] ** 2 / d_head)
-
-
-def _analyze_vit(runs: list[Run], figures: Path) -> tuple[list[Verdict], list[Path], list[dict]]:
-    """v1-rise and v1-end per ViT seed on the contract (mean passes and >= 2/3 of the seeds).
-
-    Per seed: v1-rise = min over layers of Spearman ρ(step, head-mean srank(Δ_QK)); v1-end =
-    max over layers of srank(Δ_QK)_end / d_head. Controls: v1-rise with the log-points in a
-    random order (seeded by the run seed: time order removed); v1-end on an isotropic Gaussian
-    update of W_QK's shape (no low-rank structure). Precondition: every ViT finished and learnt
-    the task (val accuracy >= V1_MIN_ACCURACY; chance is 0.1).
-    """
+def _vit_statistics(runs: list[Run]) -> tuple[dict, dict, dict, list[dict]]:
+    """Per seed of one ViT arm: v1-rise (min over layers of Spearman ρ(step, head-mean
+    srank(Δ_QK)) over the log-points), v1-end (max over layers of srank(Δ_QK)_end / d_head),
+    the final val accuracy (NaN unless finished), and the per-layer table rows."""
     rows = []
-    rise, rise_control, end, end_control, accuracy = {}, {}, {}, {}, {}
+    rise, end, accuracy = {}, {}, {}
     for run in runs:
         d_head = _d_head(run)
         seed = int(run.config.get("seed", 0))
-        shuffle = np.random.default_rng(seed)
-        rhos, shuffled, ends = [], [], []
+        rhos, ends = [], []
         for product in ("dqk", "dov"):
             for layer, (steps, srank) in _layer_series(run, product).items():
-                rho = _spearman(steps, srank)
                 rows.append(
                     {
                         "run": run.name,
                         "seed": seed,
+                        "optimizer": run.config["optimizer"]["name"],
                         "status": run.status,
                         "product": product,
                         "layer": layer,
-                        "spearman_rho": rho,
+                        "spearman_rho": _spearman(steps, srank),
                         "srank_end": float(srank[-1]) if len(srank) else math.nan,
                         "srank_max": float(srank.max()) if len(srank) else math.nan,
                         "d_head": d_head,
@@ -469,21 +455,30 @@ def _analyze_vit(runs: list[Run], figures: Path) -> tuple[list[Verdict], list[Pa
                     }
                 )
                 if product == "dqk":
-                    rhos.append(rho)
-                    shuffled.append(_spearman(shuffle.permutation(steps), srank))
+                    rhos.append(rows[-1]["spearman_rho"])
                     ends.append(rows[-1]["srank_end"] / d_head)
-        rise[seed], rise_control[seed] = _worst(rhos, min), _worst(shuffled, min)
-        end[seed] = _worst(ends, max)
-        end_control[seed] = _isotropic_srank_fraction(
-            int(run.config["model"]["d_model"]), d_head, seed
-        )
+        rise[seed], end[seed] = _worst(rhos, min), _worst(ends, max)
         accuracy[seed] = _final(run, "val.accuracy") if run.status == "finished" else math.nan
-    acc = list(accuracy.values())
+    return rise, end, accuracy, rows
+
+
+def _analyze_vit(
+    runs: list[Run], sgd_runs: list[Run], figures: Path
+) -> tuple[list[Verdict], list[Path], list[dict]]:
+    """v1-rise and v1-end over the Adam ViT's seeds, each with the SGD-trained ViT (same
+    seeds, same steps) as its ablation control, read with the same statistic.
+
+    Precondition: every ViT of both arms finished and learnt the task (val accuracy >=
+    V1_MIN_ACCURACY; chance is 0.1).
+    """
+    rise, end, accuracy, rows = _vit_statistics(runs)
+    rise_control, end_control, sgd_accuracy, sgd_rows = _vit_statistics(sgd_runs)
+    acc = list(accuracy.values()) + list(sgd_accuracy.values())
     fit = Precondition(
-        f"every ViT finished and learnt digits (val accuracy >= {V1_MIN_ACCURACY:g}; chance "
-        "0.1; measured: the lowest)",
-        met=bool(acc) and all(a >= V1_MIN_ACCURACY for a in acc),  # NaN fails
-        measured=float(min(acc)) if acc else math.nan,
+        f"every ViT, Adam and the SGD control, finished and learnt digits (val accuracy >= "
+        f"{V1_MIN_ACCURACY:g}; chance 0.1; measured: the lowest)",
+        met=bool(accuracy) and bool(sgd_accuracy) and all(a >= V1_MIN_ACCURACY for a in acc),
+        measured=float(min(acc)) if acc else math.nan,  # NaN fails above
     )
     ov = [r for r in rows if r["product"] == "dov"]
 
@@ -494,20 +489,21 @@ def _analyze_vit(runs: list[Run], figures: Path) -> tuple[list[Verdict], list[Pa
         PROTOCOL.claim("v1-rise").judge(
             rise,
             precondition=fit,
-            control=Control(PROTOCOL.claim("v1-rise").control, rise_control),
+            control=rise_control,
             detail=f"Δ_OV (not gated): {listing('spearman_rho')}",
         ),
         PROTOCOL.claim("v1-end").judge(
             end,
             precondition=fit,
-            control=Control(PROTOCOL.claim("v1-end").control, end_control),
+            control=end_control,
             detail=f"srank(Δ_OV) at the end (not gated): {listing('srank_end')}",
         ),
     ]
+    d_head = _d_head(runs[0]) if runs else 0
     return (
         verdicts,
-        vit_figures(runs, figures, V1_SRANK_FRACTION * _d_head(runs[0]) if runs else 0.0),
-        rows,
+        vit_figures(runs, sgd_runs, figures, V1_SRANK_FRACTION * d_head),
+        rows + sgd_rows,
     )
 
 
@@ -523,7 +519,8 @@ def analyze(runs: dict[str, Run], figures: Path) -> Analysis:
     toy_runs = [runs[name] for name in sorted(runs) if name.startswith("toy")]
     verdicts, figs, rows = _analyze_toy(toy_runs, figures)
     tables = {"toy: stages per seed and α": rows}
-    vit_runs = [runs[name] for name in sorted(runs) if name.startswith("vit")]
-    v, f, vit_rows = _analyze_vit(vit_runs, figures)
+    vit_runs = [runs[name] for name in sorted(runs) if re.fullmatch(r"vit_s\d+", name)]
+    sgd_runs = [runs[name] for name in sorted(runs) if re.fullmatch(r"vit_sgd_s\d+", name)]
+    v, f, vit_rows = _analyze_vit(vit_runs, sgd_runs, figures)
     tables["ViT: stable rank of ΔW per layer"] = vit_rows
     return Analysis(verdicts + v, figs + f, tables)

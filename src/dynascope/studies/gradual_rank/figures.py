@@ -73,26 +73,30 @@ def toy_figures(cfg, alphas, tr, per_alpha, figures: Path, active_factor: float)
     return paths
 
 
-def vit_figures(runs: list[Run], figures: Path, srank_limit: float) -> list[Path]:
-    """srank of Δ_QK, Δ_OV per layer over steps; the limit drawn dotted."""
+def vit_figures(
+    runs: list[Run], sgd_runs: list[Run], figures: Path, srank_limit: float
+) -> list[Path]:
+    """Head-mean srank of Δ_QK, Δ_OV per layer over steps, every seed: the Adam ViT (the
+    claim's arm) and the SGD ViT (its control); the limit drawn dotted."""
     paths = []
-    fig, axes = new_figure(2, title="ViT on digits: stable rank of ΔW per layer (head mean ± std)")
+    fig, axes = new_figure(2, title="ViT on digits: head-mean stable rank of ΔW, every seed")
+    arms = (("Adam", runs, "tab:blue"), ("SGD (control)", sgd_runs, "tab:orange"))
     for ax, product, label in zip(axes, ("dqk", "dov"), ("Δ_QK", "Δ_OV")):
-        for run in runs:
-            n_layers = int(run.config["model"]["n_layers"])
-            for layer in range(n_layers):
-                mean = run.scalar(f"L{layer}.{product}.mean.stable_rank")
-                std = run.scalar(f"L{layer}.{product}.std.stable_rank")
-                mean, std = mean[mean.index > 0], std[std.index > 0]
-                (line,) = ax.plot(mean.index, mean.values, "o-", ms=3, label=f"{run.name} L{layer}")
-                ax.fill_between(
-                    mean.index,
-                    mean.values - std.values,
-                    mean.values + std.values,
-                    color=line.get_color(),
-                    alpha=0.15,
-                    lw=0,
-                )
+        for arm, arm_runs, color in arms:
+            for i, run in enumerate(arm_runs):
+                for layer in range(int(run.config["model"]["n_layers"])):
+                    mean = run.scalar(f"L{layer}.{product}.mean.stable_rank")
+                    mean = mean[mean.index > 0]
+                    first = i == 0
+                    ax.plot(
+                        mean.index,
+                        mean.values,
+                        ("-", "--", ":", "-.")[layer % 4],
+                        color=color,
+                        lw=1,
+                        alpha=0.7,
+                        label=f"{arm} L{layer}" if first else None,
+                    )
         if runs:
             ax.axhline(srank_limit, color="grey", ls=":", lw=1)
         ax.set_xscale("log")
