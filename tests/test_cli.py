@@ -1,11 +1,12 @@
 """The ``dynascope`` command: exit codes, one-line errors, nothing written on bad input.
 
-Exit codes (``dynascope/cli.py``): 0 success, 2 bad input (one line on stderr starting
+Exit codes (``dynascope/cli/``): 0 success, 2 bad input (one line on stderr starting
 ``error:``, nothing written), 3 a run diverged (its store is kept).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -197,10 +198,52 @@ def test_config_validate(tiny_config: Path, tmp_path: Path):
 
 
 def test_study_list():
+    from dynascope import studies
+    from dynascope.presets import reproduces_clause
+
     result = invoke("study", "list")
     assert result.exit_code == 0, result.output
-    assert "weight-decay-low-rank" in result.stdout
-    assert "smoke, fast, paper" in result.stdout
+    assert re.search(r"study\s.*presets\s.*reproduces\s.*cost", result.stdout), result.stdout
+    for name in studies.names():  # each study's own presets, and its reproducing preset
+        study = studies.get(name)
+        row = next(line for line in result.stdout.splitlines() if f" {name} " in line)
+        assert ", ".join(study.presets) in row, row
+        clause = reproduces_clause(study.protocol.reproduces)
+        assert row.split("│")[3].strip() in clause, (row, clause)  # the clause may wrap
+    assert study.claim not in result.stdout  # claims only with --long
+    long = invoke("study", "list", "--long")
+    assert long.exit_code == 0, long.output
+    assert f"\n{study.name}: {study.claim}\n" in long.stdout
+
+
+def test_study_list_reads_the_cost_of_the_reproducing_preset(tmp_path: Path, monkeypatch):
+    from dynascope import presets, studies
+    from dynascope.presets import reproduces_clause, reproducing_preset
+
+    name, preset = next(  # the first study with a reproducing preset
+        (n, p)
+        for n in studies.names()
+        if (p := reproducing_preset(reproduces_clause(studies.get(n).protocol.reproduces)))
+    )
+    costs = tmp_path / "preset_costs.json"
+    entry = {preset: {"wall_s": 150.0, "cpu_s": 240.0, "measured": "test"}, "smoke": {"wall_s": 3}}
+    costs.write_text(json.dumps({name: entry}))
+    monkeypatch.setattr(presets, "COSTS_FILE", costs)
+
+    def row_of(name: str) -> str:
+        result = invoke("study", "list")
+        assert result.exit_code == 0, result.output
+        return next(line for line in result.stdout.splitlines() if f" {name} " in line)
+
+    assert row_of(name).rstrip(" │").endswith("2.5 min")
+    other = next(n for n in studies.names() if n != name)
+    assert row_of(other).rstrip(" │").endswith("—")  # no entry: no cost
+
+    monkeypatch.setattr(presets, "COSTS_FILE", tmp_path / "missing.json")
+    assert row_of(name).rstrip(" │").endswith("—")
+    costs.write_text("{not json")
+    monkeypatch.setattr(presets, "COSTS_FILE", costs)
+    assert_one_line_error(invoke("study", "list"), r"preset_costs\.json: not valid JSON")
 
 
 def test_study_run_bad_input_exits_2_and_writes_nothing(tmp_path: Path, monkeypatch):
@@ -342,9 +385,9 @@ def test_set_takes_several_pairs(tiny_config: Path, words: list[str]):
 
 
 def test_set_pairs_stop_at_the_next_option_or_a_plain_word():
-    from dynascope.cli import _split_set_pairs
+    from dynascope.cli import split_set_pairs
 
-    assert _split_set_pairs(["run", "--set", "a=1", "b=2", "cfg.yaml", "--out", "x=y"]) == [
+    assert split_set_pairs(["run", "--set", "a=1", "b=2", "cfg.yaml", "--out", "x=y"]) == [
         "run", "--set", "a=1", "--set", "b=2", "cfg.yaml", "--out", "x=y"
     ]  # fmt: skip
 

@@ -57,7 +57,12 @@ from torch import Tensor
 from dynascope.keys import parse_key
 
 __all__ = [
+    "CONFIG_FILE",
+    "FIGURES_DIR",
+    "METRICS_FILE",
+    "REPORT_FILE",
     "STATUSES",
+    "VERDICT_FILE",
     "load_study",
     "Run",
     "RunLock",
@@ -72,6 +77,13 @@ __all__ = [
 ]
 
 STATUSES = ("running", "finished", "diverged", "interrupted", "failed")
+
+# file names of a run directory (the layout above), and the verdict a study directory adds
+CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.sqlite"
+REPORT_FILE = "report.html"
+FIGURES_DIR = "figures"
+VERDICT_FILE = "verdict.json"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS scalars (

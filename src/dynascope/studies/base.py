@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from pydantic import BaseModel
 
+from dynascope.presets import PRESETS as PRESETS  # the preset tiers, cheapest first
+from dynascope.presets import REQUIRED_PRESETS as REQUIRED_PRESETS
 from dynascope.store import Run, RunLockedError, load_run, safe_name, stored_run
 from dynascope.train import Parts, SeedStreams
 
@@ -56,11 +58,6 @@ __all__ = [
     "Verdict",
 ]
 
-# the preset tiers, cheapest first: smoke (plumbing, seconds), fast (a demo, <= 3 min on 2
-# cores), full (where the finding needs it: <= 20 min on 2 idle cores, sized on calibration
-# seeds), paper (the paper's scale, GPU). Every study has all but ``full``.
-PRESETS = ("smoke", "fast", "full", "paper")
-REQUIRED_PRESETS = ("smoke", "fast", "paper")
 # ``--seed`` shifts every run's seed; the bound leaves room for a study's own offsets below the
 # engine's seed range [0, 2**64)
 MAX_STUDY_SEED = 2**32

@@ -1,0 +1,125 @@
+"""The ``dynascope`` Typer app: every command, registered in the order ``--help`` lists them.
+
+The commands live one group per module (``run``, ``inspect``, ``compare``, ``study``,
+``study_docs``, ``config``) as plain functions; this module assembles them, folds Click's usage
+errors into the one-line ``error: ...`` every command promises, and turns ``--set a=1 b=2``
+into repeated ``--set`` options.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from typing import Annotated
+
+import typer
+from typer.core import TyperGroup
+
+from . import compare, config, inspect, run, study, study_docs
+from ._common import EXIT_BAD_INPUT, err_console, print_line
+
+# Click's base exception, found through a public subclass: typer vendors click from 0.2x on.
+_ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
+class OneLineErrors(TyperGroup):
+    """Usage errors (missing option, bad value, unknown command) as one line, exit code 2.
+
+    Click prints a usage block and a boxed message over several lines; the rest of the CLI
+    promises ``error: ...`` on one line, so its usage errors are folded the same way.
+    """
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        warnings.showwarning = _warning_line
+        args = split_set_pairs(sys.argv[1:] if args is None else list(args))
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _ClickException as err:
+            message = " ".join(err.format_message().split())
+            err_console.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
+            sys.exit(EXIT_BAD_INPUT if err.exit_code == 2 else err.exit_code)
+        except typer.Abort:
+            err_console.print("aborted", markup=False, highlight=False)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def split_set_pairs(args: list[str]) -> list[str]:
+    """``--set a=1 b=2`` -> ``--set a=1 --set b=2``: every ``KEY=VALUE`` word after ``--set``
+    (up to the next option or a word without ``=``) is one more override."""
+    out: list[str] = []
+    in_set = False
+    for arg in args:
+        if arg == "--":
+            in_set = False
+        elif arg == "--set" or arg.startswith("--set="):
+            in_set = True
+        elif in_set and out[-1] != "--set" and "=" in arg and not arg.startswith("-"):
+            out.append("--set")
+        elif out and out[-1] != "--set":
+            in_set = False
+        out.append(arg)
+    return out
+
+
+def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:
+    err_console.print(f"warning: {message}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from dynascope import __version__
+
+        print_line(f"dynascope {__version__}")
+        raise typer.Exit()
+
+
+app = typer.Typer(
+    cls=OneLineErrors,
+    name="dynascope",
+    help="Instruments and re-runnable studies for the science of training dynamics.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _main_options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="print the version and exit", callback=_print_version, is_eager=True
+        ),
+    ] = False,
+) -> None:
+    """Instruments and re-runnable studies for the science of training dynamics."""
+
+
+app.command()(run.run)
+app.command()(run.resume)
+app.command()(inspect.show)
+app.command()(inspect.report)
+app.command()(compare.compare)
+app.command()(inspect.inspect)
+
+study_app = typer.Typer(help="List and run studies (published findings).", no_args_is_help=True)
+study_app.command("list")(study.study_list)
+study_app.command("run")(study.study_run)
+study_app.command("table")(study_docs.study_table)
+study_app.command("docs")(study_docs.study_docs)
+app.add_typer(study_app, name="study")
+
+config_app = typer.Typer(help="Check run configs.", no_args_is_help=True)
+config_app.command("validate")(config.config_validate)
+app.add_typer(config_app, name="config")
+
+
+def main() -> None:
+    """Entry point of the ``dynascope`` script."""
+    from dynascope.executors._task import quiet_interrupts_in_callbacks
+
+    quiet_interrupts_in_callbacks()
+    app()

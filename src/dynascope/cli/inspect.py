@@ -1,0 +1,226 @@
+"""``dynascope show``, ``report`` and ``inspect``: look at a run, a study or a model."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from ._common import (
+    console,
+    db_errors,
+    fail,
+    print_line,
+    print_table,
+    print_verdicts,
+    refuse_unusable_dir,
+    smoke_note,
+)
+
+_FINAL_STATUSES = ("finished", "diverged", "interrupted", "failed")
+
+
+def show(
+    run_dir: Annotated[Path, typer.Argument(help="run directory")],
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="keep the table live until the run ends")
+    ] = False,
+    interval: Annotated[float, typer.Option(help="seconds between reads, with --follow")] = 2.0,
+    timeout: Annotated[
+        float | None, typer.Option(help="stop following after this many seconds")
+    ] = None,
+) -> None:
+    """Summary table of a run: status and the last value of every scalar.
+
+    With --follow, the table is re-read every --interval seconds until the run's status is
+    final (finished, diverged, interrupted), --timeout passes, or Ctrl-C.
+    """
+    import time
+
+    from rich.live import Live
+
+    if interval <= 0:
+        fail(f"--interval: must be > 0 (got {interval})")
+    r = _read_run(run_dir)
+    if not follow:
+        console.print(_run_table(r))
+        return
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with contextlib.suppress(KeyboardInterrupt), Live(_run_table(r), console=console) as live:
+        while r.status not in _FINAL_STATUSES:
+            if deadline is not None and time.monotonic() + interval > deadline:
+                break
+            time.sleep(interval)
+            r = _read_run(run_dir)
+            live.update(_run_table(r))
+
+
+def _read_run(run_dir: Path):
+    from dynascope.store import METRICS_FILE, load_run
+
+    try:
+        return load_run(run_dir)
+    except FileNotFoundError as err:
+        fail(f"RUN_DIR: {err}")
+    except db_errors() as err:
+        fail(f"RUN_DIR: {str(run_dir)!r}: {METRICS_FILE} is not readable ({err})")
+
+
+def _run_table(r) -> Table:
+    last_step = "" if r.scalars.empty else f", step {int(r.scalars['step'].max())}"
+    table = Table(title=f"{r.name}: {r.status or 'running'}{last_step}")
+    table.add_column("key")
+    table.add_column("step", justify="right")
+    table.add_column("value", justify="right")
+    if not r.scalars.empty:
+        last = r.scalars.groupby("key").tail(1).sort_values("key")
+        for key, step, value in zip(last["key"], last["step"], last["value"]):
+            if key.startswith("L") and ".H" in key:  # per-head rows: see `dynascope report`
+                continue
+            table.add_row(key, str(step), f"{value:.6g}")
+    return table
+
+
+def report(directory: Annotated[Path, typer.Argument(help="run or study directory")]) -> None:
+    """Draw figures and write report.html for a run directory, or re-analyze a study directory."""
+    from dynascope.report.run import report_run
+    from dynascope.store import METRICS_FILE, VERDICT_FILE
+
+    if (directory / VERDICT_FILE).is_file():
+        _report_study(directory)
+        return
+    if not (directory / METRICS_FILE).is_file():
+        fail(f"DIR: {str(directory)!r} is neither a run directory nor a study directory")
+    try:
+        path = report_run(directory)
+    except db_errors() as err:
+        fail(f"DIR: {str(directory)!r}: {METRICS_FILE} is not readable ({err})")
+    print_line(f"wrote {path}")
+
+
+def _report_study(directory: Path) -> None:
+    from dynascope import studies
+    from dynascope.store import VERDICT_FILE
+
+    info = json.loads((directory / VERDICT_FILE).read_text())
+    try:
+        study = studies.get(info["study"])
+    except ValueError as err:
+        fail(f"DIR: {err}")
+    outcome = study.reanalyze(directory, run_reports=True)
+    print_verdicts(outcome)
+    smoke_note(outcome.preset)
+
+
+def inspect(
+    path: Annotated[
+        Path,
+        typer.Argument(
+            help="Hugging Face checkpoint directory, .pt checkpoint, run directory, or a "
+            "directory of checkpoints"
+        ),
+    ],
+    text: Annotated[
+        Path | None,
+        typer.Option(help="text file, tokenized with the checkpoint's own tokenizer (offline)"),
+    ] = None,
+    tokens: Annotated[
+        int | None, typer.Option(help="N random token ids (seed 0) as the input instead")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="write inspect.csv, figures/ and inspect.html here")
+    ] = None,
+) -> None:
+    """Analyse a model's attention heads: W_QK/W_OV ranks and norms, attention entropy."""
+    from dynascope.inspection import inspect as inspect_model
+    from dynascope.inspection import load_checkpoints
+
+    if text is not None and tokens is not None:
+        fail("--text, --tokens: give one of them, not both")
+    if tokens is not None and tokens < 1:
+        fail(f"--tokens: must be >= 1 (got {tokens})")
+    if text is not None and not text.is_file():
+        fail(f"--text: no such file: {str(text)!r}")
+    if out is not None:
+        refuse_unusable_dir(out)
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no "Loading weights" bars
+    try:
+        checkpoints = load_checkpoints(path)
+        x = _inspect_inputs(path, checkpoints[-1][1], text, tokens)
+        frames = []
+        for step, model in checkpoints:
+            frame = inspect_model(model, x)
+            if step is not None:
+                frame.insert(0, "step", step)
+            frames.append(frame)
+    except ValueError as err:
+        fail(str(err))
+    import pandas as pd
+
+    frame = pd.concat(frames, ignore_index=True)
+    _print_inspect_summary(frame, path)
+    if out is not None:
+        from dynascope.report.inspect import write_inspect_report
+        from dynascope.store import FIGURES_DIR
+
+        csv, page, _ = write_inspect_report(frame, out, f"dynascope inspect: {path}")
+        print_line(f"wrote {csv}, {page}, {out / FIGURES_DIR}/")
+
+
+def _inspect_inputs(path: Path, model, text: Path | None, tokens: int | None):
+    """Token ids ``[1, pos]`` for ``dynascope inspect``, or ``None`` without --text/--tokens."""
+    import torch
+
+    from dynascope.inspection import model_limits
+
+    if text is None and tokens is None:
+        return None
+    d_vocab, n_ctx = model_limits(model)
+    if tokens is not None:
+        if d_vocab is None:
+            fail("--tokens: the model's vocabulary size cannot be read; use the Python API")
+        if n_ctx is not None and tokens > n_ctx:
+            fail(f"--tokens: must be <= the model's context length {n_ctx} (got {tokens})")
+        generator = torch.Generator().manual_seed(0)
+        return torch.randint(0, d_vocab, (1, tokens), generator=generator)
+    folder = path if path.is_dir() else path.parent
+    candidates = [folder, *sorted(p for p in folder.iterdir() if p.is_dir())]
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        fail("--text: needs transformers (pip install 'dynascope[hf]') and a saved tokenizer")
+    for candidate in candidates:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(candidate, local_files_only=True)
+            break
+        except (OSError, ValueError, TypeError):
+            continue
+    else:
+        fail(f"--text: no tokenizer saved in {str(folder)!r}; use --tokens N")
+    ids = tokenizer(text.read_text(encoding="utf-8"), return_tensors="pt")["input_ids"]
+    if ids.shape[1] == 0:
+        fail(f"--text: {str(text)!r} holds no tokens")
+    return ids[:, :n_ctx] if n_ctx is not None else ids
+
+
+def _print_inspect_summary(frame, path: Path) -> None:
+    keys = [c for c in ("step", "layer") if c in frame.columns]
+    columns = [
+        c
+        for c in ("qk_effective_rank", "ov_effective_rank", "qk_spectral_norm", "attention_entropy")
+        if c in frame.columns
+    ]
+    means = frame.groupby(keys)[columns].mean().reset_index()
+    table = Table(title=f"{path}: mean over heads ({frame['head'].nunique()} per layer)")
+    for column in keys + columns:
+        table.add_column(column, justify="right")
+    for row in means.itertuples(index=False):
+        table.add_row(
+            *(str(int(v)) if k in keys else f"{v:.4g}" for k, v in zip(keys + columns, row))
+        )
+    print_table(table)
