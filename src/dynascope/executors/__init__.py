@@ -12,6 +12,12 @@ directory; the study reads the stores afterwards, whatever executed them.
 
 ``dynascope study run NAME --executor process --workers 4`` or
 ``study.run(preset="fast", executor=make_executor("process", workers=4))``.
+
+:func:`run_tasks` is what ``Study.run`` calls: it executes the tasks on an executor, records a
+run that failed without recording it (no store) as ``failed``, surfaces a run in use by
+another process (``RunLockedError``), reports each run (each member of an ensemble) as it ends,
+and returns every run as stored, with the first interruption by a signal
+(:class:`Interruption`).
 """
 
 from __future__ import annotations
@@ -19,9 +25,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Protocol
 
+from ._run_tasks import ExecutedRuns as ExecutedRuns
+from ._run_tasks import Interruption as Interruption
+from ._run_tasks import run_tasks as run_tasks
 from ._task import RunOutcome as RunOutcome
 from ._task import RunTask as RunTask
 from ._task import execute_task as execute_task
+from ._task import quiet_interrupts_in_callbacks as quiet_interrupts_in_callbacks
 from .local import LocalExecutor as LocalExecutor
 from .process import ProcessExecutor as ProcessExecutor
 
@@ -29,7 +39,11 @@ EXECUTORS = ("local", "process", "ray")
 
 
 class Executor(Protocol):
-    """What :meth:`dynascope.studies.Study.run` needs from an executor."""
+    """What :func:`run_tasks` (and :meth:`dynascope.studies.Study.run`) needs from an executor.
+
+    An executor that stops starting tasks on a signal says which in ``stop_signal``
+    (``"SIGINT"``/``"SIGTERM"``; :class:`ProcessExecutor`).
+    """
 
     name: str
 

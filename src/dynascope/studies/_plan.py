@@ -1,4 +1,5 @@
-"""Resuming a study directory: which runs to keep, resume or start (used by ``Study.run``).
+"""Resuming a study directory: which runs to keep, resume or start, and the tasks that do it
+(used by ``Study.run``).
 
 Glossary:
     manifest:  ``STUDY/study.json``: the study's name, preset, seed and every run's config as
@@ -9,6 +10,9 @@ Glossary:
                the others.
     start:     a run with no store, or one that ``failed`` (an exception may be transient):
                its directory is cleared and it starts from scratch.
+    task:      what an executor runs (:class:`~dynascope.executors.RunTask`): one run, or the
+               runs of one ``group`` trained together as an ensemble; an ensemble with a member
+               to start starts every member, else one with a member to resume resumes them all.
 
 A study directory never mixes configs: a rerun whose run configs differ from the manifest's
 (another preset or seed into the same ``--out``, or a preset changed by an upgrade) is refused
@@ -21,11 +25,18 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dynascope.store import RunLockedError, lock_is_free, stored_run
 
-__all__ = ["MANIFEST", "plan_runs", "write_manifest"]
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from dynascope.executors import RunTask
+
+    from .base import RunSpec
+
+__all__ = ["MANIFEST", "plan_runs", "plan_tasks", "write_manifest"]
 
 MANIFEST = "study.json"
 _KEEP = ("finished", "diverged")
@@ -84,6 +95,73 @@ def plan_runs(
         if action == "start" and (runs_dir / name).exists():
             shutil.rmtree(runs_dir / name)
     return plan
+
+
+def plan_tasks(
+    specs: list[RunSpec], plan: dict[str, str], out: Path, device: str | None, progress: bool
+) -> tuple[list[RunTask], dict[str, str]]:
+    """The tasks that execute the runs ``plan`` does not keep, in the specs' order (module
+    docstring: an ensemble at its first member's place).
+
+    Args:
+        specs: the study's runs.
+        plan: :func:`plan_runs`'s actions.
+        out: the study directory (runs go to ``out/runs/NAME``).
+        device: every run's device, or ``None`` for each run's own.
+        progress: show per-run progress bars.
+    Returns:
+        ``(tasks, plan)``: the tasks, and the plan with what each task does to its members (a
+        kept member of an ensemble that executes is started or resumed with it).
+    Raises:
+        ValueError: if the members of a group have different builds.
+    """
+    from dynascope.executors import RunTask
+
+    plan, tasks = dict(plan), []
+    for members in _groups(specs):
+        spec = members[0]
+        actions = {plan[m.name] for m in members}
+        if actions == {"keep"}:
+            continue
+        action = "start" if "start" in actions else "resume"
+        plan.update((m.name, action) for m in members)
+        kwargs = {"progress": progress, "device": device, "resume": action == "resume"}
+        cuda = (device or _device(spec.config)) == "cuda"
+        dirs = [(out / "runs" / m.name).resolve() for m in members]
+        if spec.group is None:
+            tasks.append(RunTask(spec.name, spec.build, spec.config, dirs[0], kwargs, cuda))
+        else:
+            names = tuple(m.name for m in members)
+            configs = [m.config for m in members]
+            tasks.append(RunTask(spec.group, spec.build, configs, dirs, kwargs, cuda, names))
+    return tasks, plan
+
+
+def _groups(specs: list[RunSpec]) -> list[list[RunSpec]]:
+    """Specs in order, those sharing a ``group`` together (at its first member's place).
+
+    Raises:
+        ValueError: if the members of a group have different builds.
+    """
+    groups: dict[str, list[RunSpec]] = {}
+    out: list[list[RunSpec]] = []
+    for spec in specs:
+        if spec.group is None:
+            out.append([spec])
+        elif spec.group in groups:
+            if spec.build != groups[spec.group][0].build:
+                raise ValueError(f"group {spec.group!r}: its runs must share one build")
+            groups[spec.group].append(spec)
+        else:
+            groups[spec.group] = [spec]
+            out.append(groups[spec.group])
+    return out
+
+
+def _device(config: BaseModel) -> str:
+    """A run config's device: a registry config's own, an engine run config's loop's."""
+    loop = getattr(config, "loop", None)
+    return getattr(loop if loop is not None else config, "device", "cpu")
 
 
 def _status(run_dir: Path) -> str | None:

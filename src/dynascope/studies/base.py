@@ -38,10 +38,10 @@ from pydantic import BaseModel
 
 from dynascope.presets import PRESETS as PRESETS  # the preset tiers, cheapest first
 from dynascope.presets import REQUIRED_PRESETS as REQUIRED_PRESETS
-from dynascope.store import Run, RunLockedError, load_run, safe_name, stored_run
+from dynascope.store import Run, load_run, safe_name
 from dynascope.train import Parts, SeedStreams
 
-from ._plan import MANIFEST
+from ._plan import MANIFEST, plan_runs, plan_tasks, write_manifest
 from .protocol import Protocol
 from .verdict import Verdict
 
@@ -251,17 +251,48 @@ class Study:
             dynascope.store.RunLockedError: a run to execute is in use by another process.
             StudyInterrupted: a run was stopped by SIGINT/SIGTERM (rerun to continue).
         """
-        from dynascope.executors import LocalExecutor, RunTask
-        from dynascope.executors._task import record_failure
+        from dynascope.executors import LocalExecutor, run_tasks
 
-        from ._plan import plan_runs, write_manifest
+        out, executor = Path(out), executor or LocalExecutor()
+        specs, plan, device = self._plan(preset, out, seed, device, fresh)
+        tasks, plan = plan_tasks(specs, plan, out, device, progress and executor.name == "local")
+        start, seconds = time.perf_counter(), _previous_seconds(out)
+        report = on_run or (lambda *args, **kwargs: None)
+        if on_start is not None:
+            on_start()
+        kept = {n: load_run(out / "runs" / n) for n, action in plan.items() if action == "keep"}
+        for name, run in kept.items():
+            report(name, run.status or "unknown", _float(seconds.get(name)), action="kept")
+        executed = run_tasks(executor, tasks, report)
+        if (stop := executed.interruption) is not None:
+            raise StudyInterrupted(stop.run_name, stop.signal, stop.step, ended=stop.ended)
+        seconds |= {name: round(share, 2) for name, share in executed.seconds.items()}
+        stored = kept | executed.runs
+        runs = {name: stored[name] for name in plan}  # in the specs' order
+        rows = [_row(name, run.status, seconds, plan[name]) for name, run in runs.items()]
+        elapsed = lambda: time.perf_counter() - start  # noqa: E731
+        try:
+            return self._conclude(out, preset, runs, rows, elapsed, run_reports, frozenset(kept))
+        except KeyboardInterrupt as err:
+            raise AnalysisInterrupted from err
 
+    def _plan(
+        self, preset: str, out: Path, seed: int, device: str | None, fresh: bool
+    ) -> tuple[list[RunSpec], dict[str, str], str | None]:
+        """Check the call, plan every run (``studies/_plan.py``) and write ``out/study.json``.
+
+        Returns:
+            ``(specs, plan, device)``: the study's runs, run name -> ``keep``/``resume``/``start``
+            in the specs' order, and the resolved device.
+        Raises:
+            ValueError, dynascope.store.RunLockedError: as :meth:`run`; nothing is written
+                before the preset, seed, device and ``out`` are checked.
+        """
         config = self.preset(preset)
         if not 0 <= seed < MAX_STUDY_SEED:
             raise ValueError(f"seed must be in [0, 2**32) (got {seed})")
         device = resolve_device(device)
         specs = self.build_runs(config, seed)
-        out = Path(out)
         if (out / "metrics.sqlite").exists():
             raise ValueError(f"out: {str(out)!r} is a run directory, not a study directory")
         configs = {s.name: json.loads(json.dumps(s.config.model_dump(mode="json"))) for s in specs}
@@ -270,83 +301,9 @@ class Study:
         plan = plan_runs(out, self.name, preset, seed, configs, fresh=fresh)
         write_manifest(out, self.name, preset, seed, configs)
         (out / "runs").mkdir(exist_ok=True)
-        executor = executor or LocalExecutor()
-        bar = progress and executor.name == "local"
-        tasks = []
-        for members in _groups(specs):
-            spec = members[0]
-            actions = {plan[m.name] for m in members}
-            if actions == {"keep"}:
-                continue
-            action = "start" if "start" in actions else "resume"
-            kwargs = {"progress": bar, "device": device, "resume": action == "resume"}
-            for m in members:
-                plan[m.name] = action
-            cuda = (device or _device(spec.config)) == "cuda"
-            dirs = [(out / "runs" / m.name).resolve() for m in members]
-            if spec.group is None:
-                tasks.append(RunTask(spec.name, spec.build, spec.config, dirs[0], kwargs, cuda))
-            else:
-                names = tuple(m.name for m in members)
-                configs = [m.config for m in members]
-                tasks.append(RunTask(spec.group, spec.build, configs, dirs, kwargs, cuda, names))
         if had_runs - _run_dirs(out):  # the old report would link to run reports now gone
             (out / "report.html").unlink(missing_ok=True)
-        start = time.perf_counter()
-        seconds = _previous_seconds(out)
-        report = _reporter(on_run)
-        if on_start is not None:
-            on_start()
-        for name, action in plan.items():
-            if action == "keep":
-                report(name, load_run(out / "runs" / name).status, seconds.get(name), "kept")
-        outcomes = executor.map(tasks)
-        try:
-            for outcome in outcomes:
-                if outcome.error and outcome.error.startswith("RunLockedError: "):
-                    raise RunLockedError(outcome.error.removeprefix("RunLockedError: "))
-                share = outcome.seconds / len(outcome.names)  # an ensemble's time, per member
-                stopped: tuple[str, Run] | None = None
-                for name in outcome.names:
-                    seconds[name] = round(share, 2)
-                    run = stored_run(out / "runs" / name)
-                    if run is None:
-                        record_failure(out / "runs" / name, "the runner wrote no store")
-                        run = load_run(out / "runs" / name)
-                    report(name, run.status, share, _DONE[plan[name]])
-                    if run.status == "interrupted":  # from the store: any runner, any return
-                        stopped = stopped or (name, run)
-                if stopped is not None:  # every member reported first (an ensemble's too)
-                    _raise_interrupted(*stopped, outcome.signal)
-                if outcome.signal is not None:  # a signal after the runs had ended
-                    raise StudyInterrupted(outcome.names[-1], outcome.signal, 0, ended=True)
-        finally:
-            outcomes.close()  # an interrupted study stops the runs still executing
-        stop = getattr(executor, "stop_signal", None)
-        runs: dict[str, Run] = {}
-        run_rows = []
-        for spec in specs:
-            run_dir = out / "runs" / spec.name
-            run = stored_run(run_dir)
-            if run is None:  # not started (or stopped creating its store): the study was stopped
-                raise StudyInterrupted(spec.name, stop or "SIGINT", 0)
-            runs[spec.name] = run
-            if run.status == "interrupted":
-                _raise_interrupted(spec.name, run, stop)
-            run_rows.append(
-                {
-                    "name": spec.name,
-                    "status": run.status,
-                    "seconds": seconds.get(spec.name),
-                    "this_call": _DONE[plan[spec.name]],
-                }
-            )
-        elapsed = lambda: time.perf_counter() - start  # noqa: E731
-        kept = frozenset(name for name, action in plan.items() if action == "keep")
-        try:
-            return self._conclude(out, preset, runs, run_rows, elapsed, run_reports, kept)
-        except KeyboardInterrupt as err:
-            raise AnalysisInterrupted from err
+        return specs, plan, device
 
     def reanalyze(self, out: str | os.PathLike[str], *, run_reports: bool = False) -> StudyOutcome:
         """Analyze the runs already in a study directory again (figures, verdict.json, report).
@@ -396,35 +353,15 @@ class Study:
         if run_reports:
             from dynascope.report.run import report_run
 
-            for name, run in runs.items():  # a run kept untouched keeps its report
-                if name not in kept or not (run.path / "report.html").is_file():
-                    report_run(run.path)
+            for name in runs:  # a run kept untouched keeps its report
+                run_dir = out / "runs" / name
+                if name not in kept or not (run_dir / "report.html").is_file():
+                    report_run(run_dir)
         # every planned run's config, a run that failed before writing its store included
         configs = {name: run.config for name, run in runs.items() if run.config}
         configs = _manifest(out).get("runs", {}) | configs
         write_study_report(self, outcome, analysis.figures, out / "report.html", configs)
         return outcome
-
-
-def _groups(specs: list[RunSpec]) -> list[list[RunSpec]]:
-    """Specs in order, those sharing a ``group`` together (at its first member's place).
-
-    Raises:
-        ValueError: if the members of a group have different builds.
-    """
-    groups: dict[str, list[RunSpec]] = {}
-    out: list[list[RunSpec]] = []
-    for spec in specs:
-        if spec.group is None:
-            out.append([spec])
-        elif spec.group in groups:
-            if spec.build != groups[spec.group][0].build:
-                raise ValueError(f"group {spec.group!r}: its runs must share one build")
-            groups[spec.group].append(spec)
-        else:
-            groups[spec.group] = [spec]
-            out.append(groups[spec.group])
-    return out
 
 
 def resolve_device(device: str | None) -> str | None:
@@ -469,24 +406,6 @@ def _run_dirs(out: Path) -> set[str]:
     return {p.name for p in runs.iterdir() if p.is_dir()} if runs.is_dir() else set()
 
 
-def _reporter(on_run: Callable[..., None] | None) -> Callable[[str, Any, Any, str], None]:
-    """``report(name, status, seconds, action)`` calling ``on_run`` (``run``)."""
-    if on_run is None:
-        return lambda *args: None
-
-    def report(name: str, status: Any, seconds: Any, action: str) -> None:
-        seconds = math.nan if seconds is None else float(seconds)
-        on_run(name, status or "unknown", seconds, action=action)
-
-    return report
-
-
-def _device(config: BaseModel) -> str:
-    """A run config's device: a registry config's own, an engine run config's loop's."""
-    loop = getattr(config, "loop", None)
-    return getattr(loop if loop is not None else config, "device", "cpu")
-
-
 def _manifest(out: Path) -> dict[str, Any]:
     """``out/study.json`` (:data:`~dynascope.studies._plan.MANIFEST`), or ``{}`` when unreadable."""
     try:
@@ -512,9 +431,12 @@ def _previous_seconds(out: Path) -> dict[str, Any]:
         return {}
 
 
-def _raise_interrupted(name: str, run: Run, signal: str | None) -> None:
-    stops = run.events[run.events["kind"] == "interrupted"]
-    detail = stops["detail"].iloc[-1] if len(stops) else ""
-    signal = signal or (detail if detail in ("SIGINT", "SIGTERM") else "SIGINT")
-    step = int(stops["step"].iloc[-1]) if len(stops) else 0
-    raise StudyInterrupted(name, signal, step)
+def _float(seconds: Any) -> float:
+    """Seconds as a float; ``None`` (unknown) -> ``nan``."""
+    return math.nan if seconds is None else float(seconds)
+
+
+def _row(name: str, status: str | None, seconds: dict[str, Any], action: str) -> dict[str, Any]:
+    """A run's row in ``verdict.json``: ``action`` is what this call did (``_plan`` actions)."""
+    seconds_ = seconds.get(name)
+    return {"name": name, "status": status, "seconds": seconds_, "this_call": _DONE[action]}
