@@ -161,7 +161,10 @@ def test_bad_markers_and_bad_options_are_one_line_errors_and_write_nothing(stub_
     for args, pattern in [
         (("--output", out), r"stub-b\.md: expected one .* followed by one .*got 1 start and 1 end"),
         (("--dir", tmp_path / "missing", "--output", out), r"--dir: '.*missing' is not a dir"),
-        (("--preset", "huge", "--output", out), r"--preset: must be one of smoke, fast, paper"),
+        (
+            ("--preset", "huge", "--output", out),
+            r"--preset: must be one of smoke, fast, full, paper",
+        ),
     ]:
         result = invoke("study", "docs", *args)
         assert result.exit_code == 2, result.output

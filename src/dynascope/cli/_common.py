@@ -10,7 +10,7 @@ import math
 import os
 import sqlite3
 from pathlib import Path
-from typing import NoReturn
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -26,6 +26,12 @@ EXIT_DIVERGED = 3
 EXIT_SIGNAL = {"SIGINT": 130, "SIGTERM": 143}  # 128 + signal number, as shells report it
 
 PRESET_HELP = " | ".join(PRESETS)
+
+Overrides = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="overrides: --set a.b=1 c=2 (or repeat --set)"),
+]
+"""``--set KEY=VALUE`` options, as ``run`` and ``config validate`` take them."""
 
 SMOKE_NOTE = "smoke: plumbing check, not a scientific result"
 """Printed beside every smoke-preset verdict: smoke runs are seconds long, their numbers mean

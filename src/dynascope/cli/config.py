@@ -7,15 +7,12 @@ from typing import Annotated
 
 import typer
 
-from ._common import console, fail, print_line
+from ._common import Overrides, console, fail, print_line
 
 
 def config_validate(
     file: Annotated[Path, typer.Argument(help="run config (YAML)")],
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="overrides: --set a.b=1 c=2 (or repeat --set)"),
-    ] = None,
+    set_: Overrides = None,
 ) -> None:
     """Validate a run config (with overrides); print it resolved, with defaults filled in."""
     import yaml

@@ -13,6 +13,7 @@ import typer
 from ._common import (
     EXIT_DIVERGED,
     EXIT_SIGNAL,
+    Overrides,
     err_console,
     fail,
     print_line,
@@ -30,10 +31,7 @@ def run(
             "--out", help="run directory to create [default: a new runs/NAME, runs/NAME-2, ...]"
         ),
     ] = None,
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="overrides: --set a.b=1 c=2 (or repeat --set)"),
-    ] = None,
+    set_: Overrides = None,
     device: Annotated[
         str | None, typer.Option(help="auto | cpu | cuda [default: the config's device]")
     ] = None,
