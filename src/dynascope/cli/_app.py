@@ -119,7 +119,7 @@ app.add_typer(config_app, name="config")
 
 def main() -> None:
     """Entry point of the ``dynascope`` script."""
-    from dynascope.executors._task import quiet_interrupts_in_callbacks
+    from dynascope.executors import quiet_interrupts_in_callbacks
 
     quiet_interrupts_in_callbacks()
     app()
