@@ -84,3 +84,12 @@ def test_preset_costs_refuses_a_malformed_file(tmp_path: Path, monkeypatch, text
 
 def test_the_packaged_costs_file_is_valid():
     assert isinstance(preset_costs(), dict)  # the file the command reads; {} until measured
+
+
+def test_cost_text_states_wall_and_cpu_seconds_and_how_they_were_measured():
+    from dynascope.presets import cost_text
+
+    entry = {"wall_s": 612.4, "cpu_s": 480.0, "measured": "2026-12-07, 2 cores"}
+    assert cost_text(entry) == "612 s wall, 480 CPU s (2026-12-07, 2 cores)"
+    assert cost_text({"wall_s": 59.6}) == "60 s wall"
+    assert cost_text(None) == cost_text({}) == "not measured"

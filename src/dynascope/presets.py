@@ -28,6 +28,7 @@ __all__ = [
     "COSTS_FILE",
     "PRESETS",
     "REQUIRED_PRESETS",
+    "cost_text",
     "preset_costs",
     "reproduces_clause",
     "reproducing_preset",
@@ -79,3 +80,19 @@ def preset_costs() -> dict[str, dict[str, dict[str, Any]]]:
     if not isinstance(costs, dict) or not all(isinstance(v, dict) for v in costs.values()):
         raise ValueError(f"{COSTS_FILE}: must map study names to {{preset: cost}} objects")
     return costs
+
+
+def cost_text(cost: dict[str, Any] | None) -> str:
+    """One preset's measured cost in words, for the study pages: ``"612 s wall, 480 CPU s
+    (how it was measured)"``; ``"not measured"`` for ``None``.
+
+    Args:
+        cost: an entry of :func:`preset_costs` (``wall_s``, ``cpu_s``, ``measured``; any may
+            be missing).
+    """
+    if not cost:
+        return "not measured"
+    parts = [f"{cost['wall_s']:.0f} s wall"] if "wall_s" in cost else []
+    parts += [f"{cost['cpu_s']:.0f} CPU s"] if "cpu_s" in cost else []
+    text = ", ".join(parts) or "not measured"
+    return f"{text} ({cost['measured']})" if cost.get("measured") else text

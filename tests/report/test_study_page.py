@@ -76,8 +76,8 @@ def test_study_docs_writes_one_page_per_study_from_the_study(stub_registry, tmp_
     assert "**Code.** `_stub_study`" in text
     assert "`dynascope study run stub-a --preset fast --out runs/stub-a-fast`" in text
     # presets: the first paragraph of each preset function's docstring, pipes escaped
-    assert "| `smoke` | Plumbing only: two runs of 4 steps. |\n" in text
-    assert "| `fast` | Two runs of 6 steps \\| a pipe to escape. |\n" in text
+    assert "| `smoke` | Plumbing only: two runs of 4 steps. | not measured |\n" in text
+    assert "| `fast` | Two runs of 6 steps \\| a pipe to escape. | not measured |\n" in text
     assert "Not shown" not in text
     assert "No stored verdict for `fast` yet" in text
     assert "No stored figures for `fast`" in text

@@ -90,3 +90,23 @@ def test_amended_claims_and_identity_checks_are_marked(tmp_path):
     data = json.loads((tmp_path / "p-fast" / "verdict.json").read_text())
     assert data["protocol"] == {"sha256": protocol.sha256,
                                 "amendments": [protocol.amendments[0].to_json()]}  # fmt: skip
+
+
+def test_docs_table_states_which_preset_reproduces_each_study_and_its_measured_cost(
+    tmp_path, monkeypatch
+):
+
+    from dynascope import presets
+    from dynascope._study_catalog import CATALOG
+    from dynascope.report.suite import reproduction_lines
+
+    costs = {"slingshot": {"fast": {"wall_s": 100.0, "cpu_s": 150.0, "measured": "test"}}}
+    (tmp_path / "costs.json").write_text(json.dumps(costs))
+    monkeypatch.setattr(presets, "COSTS_FILE", tmp_path / "costs.json")
+    lines = reproduction_lines("fast")
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in lines[4:]}
+    assert list(rows) == [entry[0] for entry in CATALOG]  # every registered study
+    # slingshot's protocol names fast: its fast cost, no second cost
+    assert rows["slingshot"].endswith("| 100 s wall, 150 CPU s (test) |  |")
+    # a study reproduced at paper: fast's cost and paper's (not measured)
+    assert rows["hyla-fuzzy-logic"] == "| hyla-fuzzy-logic | paper | not measured | not measured |"

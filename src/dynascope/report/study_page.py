@@ -28,6 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dynascope.presets import cost_text, preset_costs
+
 from .suite import claim_cell, control_cell, interval_cell, spread_cell
 
 if TYPE_CHECKING:
@@ -109,10 +111,14 @@ def study_section(
         "",
         "## Presets",
         "",
-        "| preset | what it runs |",
-        "|---|---|",
+        "| preset | what it runs | measured cost |",
+        "|---|---|---|",
     ]
-    lines += [f"| `{name}` | {_cell(_first_paragraph(fn))} |" for name, fn in study.presets.items()]
+    costs = preset_costs().get(study.name, {})
+    lines += [
+        f"| `{name}` | {_cell(_first_paragraph(fn))} | {_cell(cost_text(costs.get(name)))} |"
+        for name, fn in study.presets.items()
+    ]
     lines += ["", f"## Measured verdicts (`{preset}`)", ""]
     if verdict is None:
         lines.append(

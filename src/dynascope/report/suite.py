@@ -164,6 +164,30 @@ def _cell(value: Any) -> str:
     return str(value).replace("|", "\\|")
 
 
+def reproduction_lines(preset: str) -> list[str]:
+    """A Markdown table of every registered study: the preset its protocol expects to
+    reproduce the finding (the opening clause of ``reproduces``), and the measured cost of
+    ``preset`` and of that preset (``studies/preset_costs.json``)."""
+    from dynascope._study_catalog import CATALOG
+    from dynascope.presets import cost_text, preset_costs, reproducing_preset
+
+    costs = preset_costs()
+    lines = [
+        "Which preset reproduces each finding (the study's protocol, `reproduces`), and what "
+        f"`{preset}` and that preset cost as measured:",
+        "",
+        f"| study | reproduces | cost of `{preset}` | cost of the reproducing preset |",
+        "|---|---|---|---|",
+    ]
+    for name, _presets, _claim, reproduces in CATALOG:
+        own = costs.get(name, {})
+        target = reproducing_preset(reproduces)
+        target_cost = "" if target in (None, preset) else cost_text(own.get(target))
+        cells = [name, reproduces or "none yet", cost_text(own.get(preset)), target_cost]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return lines
+
+
 def markdown_table(rows: list[dict[str, Any]], *, preset: str, when: str) -> str:
     """``docs/studies.md``: a heading, how it was made, and the rows as a Markdown table."""
     n_claims = sum(r["status"] is not None for r in rows)
@@ -197,6 +221,8 @@ def markdown_table(rows: list[dict[str, Any]], *, preset: str, when: str) -> str
         f"{counts['held']} of {n_claims} claims held, {counts['not held']} not held, "
         f"{counts['inconclusive']} inconclusive; {n_identity} of them identity checks; "
         f"{n_amended} amended.",
+        "",
+        *reproduction_lines(preset),
         "",
         "| study | claim | status | measured | threshold | interval (95 %) | control "
         "| seconds | the claim |",
