@@ -11,14 +11,15 @@ import torch
 from torch import nn
 from torch.testing import assert_close
 
-from dynascope.nn import MultiHeadAttention, capture
+from dynascope.nn import MultiHeadAttention, capture, masked_softmax
 
 BATCH, POS, N_HEADS, D_HEAD, D_MODEL = 2, 7, 3, 5, 11
 
 
-def naive_attention(module, x, keep=None):
+def naive_attention(module, x, keep=None, pairs=None):
     """Python loop over sequences and heads, explicit softmax over visible keys per query row.
 
+    ``keep`` [batch, key_pos] and ``pairs`` [batch, query_pos, key_pos]: True = visible.
     Returns (output [batch, pos, d_model], pattern [batch, n_heads, query_pos, key_pos]).
     """
     batch, pos, d_model = x.shape
@@ -30,6 +31,8 @@ def naive_attention(module, x, keep=None):
             allowed = torch.tril(allowed)
         if keep is not None:
             allowed = allowed & keep[b][None, :]
+        if pairs is not None:
+            allowed = allowed & pairs[b]
         for h in range(module.n_heads):
             q = x[b] @ module.W_Q[h]
             k = x[b] @ module.W_K[h]
@@ -39,7 +42,7 @@ def naive_attention(module, x, keep=None):
             scores = module.scale * q @ k.T
             p = torch.zeros(pos, pos, dtype=x.dtype)
             for i in range(pos):
-                if module.kind == "linear":
+                if module.attention == "linear":
                     p[i] = torch.where(allowed[i], scores[i], 0.0)
                 elif allowed[i].any():
                     e = torch.exp(scores[i] - scores[i][allowed[i]].max()) * allowed[i]
@@ -68,12 +71,12 @@ def padding_mask():
     return keep
 
 
-@pytest.mark.parametrize("kind", ["softmax", "linear"])
+@pytest.mark.parametrize("attention", ["softmax", "linear"])
 @pytest.mark.parametrize("is_causal", [False, True])
 @pytest.mark.parametrize("use_bias", [False, True])
 @pytest.mark.parametrize("padded", [False, True])
-def test_matches_naive_loop(kind, is_causal, use_bias, padded):
-    m = make(kind=kind, is_causal=is_causal, use_bias=use_bias)
+def test_matches_naive_loop(attention, is_causal, use_bias, padded):
+    m = make(attention=attention, is_causal=is_causal, use_bias=use_bias)
     x = torch.randn(BATCH, POS, D_MODEL, dtype=torch.float64)
     keep = padding_mask() if padded else None
     with torch.no_grad():
@@ -86,6 +89,113 @@ def test_matches_naive_loop(kind, is_causal, use_bias, padded):
     assert_close(got_slow, want_out)
     assert_close(cache["hook_pattern"], want_pattern)
     assert cache["hook_attn_scores"].shape == (BATCH, N_HEADS, POS, POS)
+
+
+def pair_mask():
+    """A random [batch, query_pos, key_pos] mask with a query that sees no key at all."""
+    pairs = torch.rand(BATCH, POS, POS, generator=torch.Generator().manual_seed(5)) < 0.5
+    pairs[0, 3] = False
+    return pairs
+
+
+@pytest.mark.parametrize("attention", ["softmax", "linear"])
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("padded", [False, True])
+def test_attn_mask_matches_naive_loop(attention, is_causal, padded):
+    m = make(attention=attention, is_causal=is_causal, use_bias=True)
+    x = torch.randn(BATCH, POS, D_MODEL, dtype=torch.float64)
+    keep = padding_mask() if padded else None
+    pairs = pair_mask()
+    with torch.no_grad():
+        want_out, want_pattern = naive_attention(m, x, keep, pairs)
+        with capture(m, ["hook_pattern"]) as cache:
+            got = m(x, key_padding_mask=keep, attn_mask=pairs)
+        got_unlistened = m(x, key_padding_mask=keep, attn_mask=pairs)
+    # float64 default tolerances: only the summation order differs from the loop.
+    assert_close(got, want_out)
+    assert_close(cache["hook_pattern"], want_pattern)
+    assert torch.equal(got_unlistened, got)  # an attn_mask always takes the explicit path
+    assert_close(got[0, 3], m.b_O.detach())  # query 3 of sequence 0 sees nothing
+
+
+def test_attn_mask_with_last_query_is_the_last_row():
+    m = make(is_causal=True, use_bias=True)
+    x = torch.randn(BATCH, POS, D_MODEL, dtype=torch.float64)
+    pairs = pair_mask()
+    with torch.no_grad():
+        full = m(x, attn_mask=pairs)
+        last = m(x, attn_mask=pairs, last_query=True)
+    assert_close(last, full[:, -1:])
+
+
+def naive_masked_softmax(scores, mask):
+    """Row by row: exp of the visible scores over their sum; hidden keys and empty rows 0."""
+    out = torch.zeros_like(scores)
+    rows = scores.reshape(-1, scores.shape[-1])
+    keep = mask.expand(scores.shape).reshape(-1, scores.shape[-1])
+    for r in range(rows.shape[0]):
+        if keep[r].any():
+            e = torch.exp(rows[r] - rows[r][keep[r]].max()) * keep[r]
+            out.view(-1, scores.shape[-1])[r] = e / e.sum()
+    return out
+
+
+def test_masked_softmax_matches_a_naive_loop():
+    g = torch.Generator().manual_seed(0)
+    scores = 3 * torch.randn(BATCH, N_HEADS, POS, POS, dtype=torch.float64, generator=g)
+    mask = pair_mask()[:, None]
+    got = masked_softmax(scores, mask)
+    assert_close(got, naive_masked_softmax(scores, mask))  # float64: summation order only
+    assert_close(got[0, :, 3], torch.zeros(N_HEADS, POS, dtype=torch.float64))
+    assert_close(masked_softmax(scores), scores.softmax(dim=-1))
+    causal = torch.ones(POS, POS, dtype=torch.bool).tril()[None, None]
+    assert_close(
+        masked_softmax(scores, causal, every_row_visible=True),
+        naive_masked_softmax(scores, causal),
+    )
+
+
+def _old_general(scores, mask):  # the copy in MultiHeadAttention, its hypernetwork path and
+    visible = mask.any(dim=-1, keepdim=True)  # MaskedTransformer's masked_attention
+    filled = scores.masked_fill(~mask, float("-inf")).masked_fill(~visible, 0.0)
+    return filled.softmax(dim=-1).masked_fill(~visible, 0.0)
+
+
+def _old_causal(scores, mask):  # MultiHeadAttention's causal-only path
+    hidden = torch.zeros(mask.shape[-2:], dtype=scores.dtype, device=scores.device)
+    return (scores + hidden.masked_fill(~mask[0, 0], float("-inf"))).softmax(-1)
+
+
+def _bitwise_equal(a, b):
+    return torch.equal(a, b) and torch.equal(torch.signbit(a), torch.signbit(b))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_masked_softmax_is_bitwise_the_formulas_it_replaced(dtype):
+    """Outputs and the gradients of q, k, v through ``pattern @ v``, to the bit (and sign of 0).
+
+    Also the causal path of the hypernetwork attentions, which used the general formula and now
+    takes the additive one: the same bits forward and backward.
+    """
+    g = torch.Generator().manual_seed(1)
+    causal = torch.ones(POS, POS, dtype=torch.bool).tril()[None, None]
+    cases = [
+        (pair_mask()[:, None], _old_general, {}),
+        (causal, _old_causal, {"every_row_visible": True}),
+        (causal, _old_general, {"every_row_visible": True}),
+    ]
+    for mask, old, kwargs in cases:
+        q, k, v = (
+            torch.randn(BATCH, N_HEADS, POS, D_HEAD, dtype=dtype, generator=g).requires_grad_()
+            for _ in range(3)
+        )
+        upstream = torch.randn(BATCH, N_HEADS, POS, D_HEAD, dtype=dtype, generator=g)
+        results = []
+        for softmax in (lambda s: old(s, mask), lambda s: masked_softmax(s, mask, **kwargs)):
+            z = softmax(0.4 * q @ k.mT) @ v
+            results.append((z.detach(), *torch.autograd.grad(z, (q, k, v), upstream)))
+        for got, want in zip(*results):
+            assert _bitwise_equal(got, want)
 
 
 def test_custom_scale_matches_naive_loop():
@@ -229,8 +339,8 @@ def test_errors():
     ):
         MultiHeadAttention(64, 5)
     MultiHeadAttention(64, 5, 7)  # explicit d_head needs no divisibility
-    with pytest.raises(ValueError, match="kind must be one of"):
-        MultiHeadAttention(D_MODEL, N_HEADS, D_HEAD, kind="cosine")
+    with pytest.raises(ValueError, match="attention must be one of"):
+        MultiHeadAttention(D_MODEL, N_HEADS, D_HEAD, attention="cosine")
     with pytest.raises(ValueError, match="n_heads must be positive"):
         MultiHeadAttention(D_MODEL, 0)
     with pytest.raises(ValueError, match="d_head must be positive"):
@@ -242,3 +352,7 @@ def test_errors():
         m(torch.randn(BATCH, POS, D_MODEL), key_padding_mask=torch.ones(BATCH, POS))
     with pytest.raises(ValueError, match="key_padding_mask must be a bool tensor"):
         m(torch.randn(BATCH, POS, D_MODEL), torch.ones(BATCH, POS + 1, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"attn_mask must be a bool tensor of shape \[batch, "):
+        m(torch.randn(BATCH, POS, D_MODEL), attn_mask=torch.ones(BATCH, POS, POS))
+    with pytest.raises(ValueError, match=r"attn_mask must be a bool tensor of shape \[batch, "):
+        m(torch.randn(BATCH, POS, D_MODEL), attn_mask=torch.ones(1, POS, POS, dtype=torch.bool))

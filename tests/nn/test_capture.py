@@ -110,6 +110,25 @@ def test_capture_patterns_on_two_layer_transformer():
     assert not any(p.has_listener for p in all_points(model))
 
 
+def test_capture_patterns_sees_an_attn_mask():
+    """A neighbour-masked transformer (vector tokens, no positions) shows its patterns."""
+    model = small_transformer(d_vocab=None, d_in=4, positional="none", is_causal=False)
+    x = torch.randn(BATCH, POS, 4)
+    pairs = torch.rand(BATCH, POS, POS, generator=torch.Generator().manual_seed(3)) < 0.5
+    pairs[0, 2] = False  # a token that sees nothing
+    with torch.no_grad():
+        plain = model(x, attn_mask=pairs)
+        with capture_patterns(model) as patterns:
+            captured = model(x, attn_mask=pairs)
+    assert list(patterns) == ["blocks.0.attn", "blocks.1.attn"]
+    sees = pairs.any(-1)[:, None].float().expand(BATCH, N_HEADS, POS)
+    for pattern in patterns.values():
+        assert pattern.shape == (BATCH, N_HEADS, POS, POS)
+        assert_close(pattern.sum(-1), sees)  # softmax rows; 0 for the token that sees nothing
+        assert not pattern[~pairs[:, None].expand_as(pattern)].any()  # hidden keys get 0
+    assert torch.equal(captured, plain)  # an attn_mask takes the explicit path either way
+
+
 def test_capture_patterns_on_single_attention_module():
     m = MultiHeadAttention(D_MODEL, N_HEADS, D_HEAD)
     with capture_patterns(m) as patterns:

@@ -1,4 +1,4 @@
-"""HYLA and the hypernetwork attention kinds: hand-computed cases, one-head reduction, T5 buckets."""
+"""HYLA and the hypernetwork attentions: hand-computed cases, one-head reduction, T5 buckets."""
 
 from __future__ import annotations
 
@@ -60,13 +60,13 @@ def _naive(x, attn, normalization, target, bias=None):
     return out
 
 
-@pytest.mark.parametrize("kind", sorted(MIXERS))
-def test_every_kind_matches_the_pairwise_hypernetwork_oracle(kind):
+@pytest.mark.parametrize("attention", sorted(MIXERS))
+def test_every_attention_matches_the_pairwise_hypernetwork_oracle(attention):
     """float64, distinct sizes; tolerance 1e-10: same arithmetic, different summation order."""
-    attn = MultiHeadAttention(5, 3, 2, kind=kind, use_bias=True).double()
+    attn = MultiHeadAttention(5, 3, 2, attention=attention, use_bias=True).double()
     _set_weights(attn)
     x = torch.randn(2, 4, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    normalization, target = MIXERS[kind]
+    normalization, target = MIXERS[attention]
     torch.testing.assert_close(
         attn(x), _naive(x, attn, normalization, target), rtol=1e-10, atol=1e-10
     )
@@ -74,7 +74,7 @@ def test_every_kind_matches_the_pairwise_hypernetwork_oracle(kind):
 
 def test_hyla_hand_computed_case():
     """One batch, 2 positions, 2 heads, d_model 1, d_head 1: worked out on paper."""
-    attn = MultiHeadAttention(1, 2, 1, kind="hyla", use_bias=False, scale=1.0).double()
+    attn = MultiHeadAttention(1, 2, 1, attention="hyla", use_bias=False, scale=1.0).double()
     with torch.no_grad():
         attn.W_Q.copy_(torch.tensor([[[1.0]], [[2.0]]]))
         attn.W_K.copy_(torch.tensor([[[1.0]], [[-1.0]]]))
@@ -127,7 +127,7 @@ def test_one_head_rms_head_is_the_sign_and_hyla_reduces_to_relu_or_min():
 
 
 def test_gradients_flow_to_every_parameter_for_hyla_with_relative_bias():
-    attn = MultiHeadAttention(6, 3, 2, kind="hyla", use_bias=True, relative_position_buckets=4)
+    attn = MultiHeadAttention(6, 3, 2, attention="hyla", use_bias=True, relative_position_buckets=4)
     x = torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(0))
     attn(x).square().sum().backward()
     for name, p in attn.named_parameters():
@@ -135,7 +135,7 @@ def test_gradients_flow_to_every_parameter_for_hyla_with_relative_bias():
 
 
 def test_relative_bias_is_added_to_the_scores():
-    attn = MultiHeadAttention(4, 2, 2, kind="linear", relative_position_buckets=4)
+    attn = MultiHeadAttention(4, 2, 2, attention="linear", relative_position_buckets=4)
     x = torch.randn(1, 3, 4, generator=torch.Generator().manual_seed(0))
     from dynascope.nn import capture
 
@@ -166,8 +166,8 @@ def test_bias_table_lookup_and_bad_input():
     torch.testing.assert_close(out[0, :, 2, 0], bias.weight[:, 2].detach())
     with pytest.raises(ValueError, match="max_distance must be >= n_buckets=8"):
         relative_position_bucket(torch.zeros(1), 8, 4)
-    with pytest.raises(ValueError, match="kind must be one of"):
-        MultiHeadAttention(4, 2, kind="hypa")
+    with pytest.raises(ValueError, match="attention must be one of"):
+        MultiHeadAttention(4, 2, attention="hypa")
     with pytest.raises(ValueError, match="target_network must be one of"):
         hypernetwork_output(
             torch.zeros(1, 1, 1, 1), torch.zeros(1, 1, 1, 1), torch.zeros(1, 1, 1), "swiglu"
@@ -176,14 +176,15 @@ def test_bias_table_lookup_and_bad_input():
         rms_head(torch.zeros(3, 3))
 
 
-@pytest.mark.parametrize("kind", ["softmax", "linear", "hyla"])
-def test_relative_bias_kinds_match_the_oracle_with_bias(kind):
-    attn = MultiHeadAttention(5, 3, 2, kind=kind, use_bias=True, relative_position_buckets=4)
-    attn = attn.double()
+@pytest.mark.parametrize("attention", ["softmax", "linear", "hyla"])
+def test_relative_bias_attentions_match_the_oracle_with_bias(attention):
+    attn = MultiHeadAttention(
+        5, 3, 2, attention=attention, use_bias=True, relative_position_buckets=4
+    ).double()
     _set_weights(attn, seed=2)
     x = torch.randn(2, 6, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
     bias = attn.relative_position(6, 6)[0].detach()
-    normalization, target = MIXERS[kind]
+    normalization, target = MIXERS[attention]
     expected = _naive(x, attn, normalization, target, bias=bias)
     torch.testing.assert_close(attn(x), expected, rtol=1e-10, atol=1e-10)
 

@@ -71,7 +71,7 @@ def test_first_order_passes_the_gradient_straight_to_v0():
 def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="kind must be learned_init, anil or hnet_linear"):
         MetaLearner("reptile", 2, 2, 3)
-    with pytest.raises(ValueError, match="d_hidden must be >= 1"):
+    with pytest.raises(ValueError, match="d_mlp must be >= 1"):
         MetaLearner("anil", 2, 2, 0)
     with pytest.raises(ValueError, match=r"flat must be \[tasks, P=17\]"):
         batched_mlp(torch.zeros(2, 3), mlp_shapes(2, 3, 1, 2), torch.zeros(2, 1, 2))

@@ -1,7 +1,7 @@
 """Gated linear RNN, LRU and the linear-attention construction against independent oracles.
 
 Oracles: a per-sequence, per-position Python loop for causal linear attention; dynascope's
-``MultiHeadAttention(kind="linear", is_causal=True, scale=1)``; the plain-loop recurrence
+``MultiHeadAttention(attention="linear", is_causal=True, scale=1)``; the plain-loop recurrence
 (``sequential_scan``) and the closed form of a constant-input recurrence. float64 comparisons use
 atol 1e-10 (sums of ~100 products of O(10) numbers: rounding ~1e-13) unless stated.
 """
@@ -70,7 +70,7 @@ def test_construction_equals_causal_linear_attention_float64(n_heads, d_model, d
 
 def test_causal_linear_attention_matches_multi_head_attention_module():
     W_Q, W_K, W_V, W_O = _weights(3, 11, 5)
-    module = MultiHeadAttention(11, 3, 5, kind="linear", is_causal=True, scale=1.0).double()
+    module = MultiHeadAttention(11, 3, 5, attention="linear", is_causal=True, scale=1.0).double()
     with torch.no_grad():
         for name, W in zip(("W_Q", "W_K", "W_V", "W_O"), (W_Q, W_K, W_V, W_O)):
             getattr(module, name).copy_(W)

@@ -42,14 +42,14 @@ def gelu(x):
     return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
 
 
-def reference_forward(model, inputs, use_ln=True):
+def reference_forward(model, inputs, use_ln=True, attn_mask=None):
     """GPT-2-style pre-LN forward written out by hand (attention is tested on its own)."""
     x = model.W_E[inputs] if model.W_E is not None else inputs @ model.W_in
     if model.W_pos is not None:
         x = x + model.W_pos[: inputs.shape[1]]
     norm = layer_norm if use_ln else (lambda x, ln: x)
     for block in model.blocks:
-        x = x + block.attn(norm(x, block.ln1))
+        x = x + block.attn(norm(x, block.ln1), attn_mask=attn_mask)
         if block.mlp is not None:
             h = norm(x, block.ln2)
             x = x + gelu(h @ block.mlp.W_in + block.mlp.b_in) @ block.mlp.W_out + block.mlp.b_out
@@ -150,6 +150,32 @@ def test_padding_hides_keys():
     assert_close(after[:, :5], before[:, :5])
 
 
+def neighbour_model():
+    """Vector tokens, no positions, no causal mask: attn_mask is the whole mask."""
+    return build(d_vocab=None, d_in=D_IN, positional="none", is_causal=False)
+
+
+def test_attn_mask_matches_reference():
+    model = neighbour_model()
+    x = torch.randn(BATCH, POS, D_IN, dtype=torch.float64)
+    pairs = torch.rand(BATCH, POS, POS, generator=torch.Generator().manual_seed(2)) < 0.5
+    pairs[1, 4] = False  # a token that sees nothing gets b_O from every attention layer
+    with torch.no_grad():
+        assert_close(model(x, attn_mask=pairs), reference_forward(model, x, attn_mask=pairs))
+
+
+def test_attn_mask_hides_keys():
+    model = neighbour_model()
+    x = torch.randn(1, 5, D_IN, dtype=torch.float64)
+    alone = torch.eye(5, dtype=torch.bool)[None]  # every token sees only itself
+    changed = x.clone()
+    changed[0, 4] += 1.0
+    with torch.no_grad():
+        before, after = model(x, attn_mask=alone), model(changed, attn_mask=alone)
+    assert_close(after[0, :4], before[0, :4])  # nothing leaks from token 4
+    assert not torch.allclose(after[0, 4], before[0, 4])
+
+
 def test_gradients_reach_every_parameter():
     model = build(dtype=torch.float32, use_bias=True)
     model(tokens()).square().mean().backward()
@@ -201,7 +227,7 @@ def test_errors():
         Transformer(**common, n_ctx=N_CTX, d_vocab=D_VOCAB, positional="sinusoidal")
     with pytest.raises(ValueError, match="n_ctx must be positive"):
         Transformer(**common, n_ctx=0, d_vocab=D_VOCAB)
-    with pytest.raises(ValueError, match="kind must be one of"):
+    with pytest.raises(ValueError, match="attention must be one of"):
         Transformer(**common, n_ctx=N_CTX, d_vocab=D_VOCAB, attention="hypernet")
     with pytest.raises(ValueError, match="d_mlp must be None, 0 or positive"):
         Transformer(**common, n_ctx=N_CTX, d_vocab=D_VOCAB, d_mlp=-1)
@@ -216,3 +242,5 @@ def test_errors():
     vec = Transformer(**common, n_ctx=N_CTX, d_in=D_IN)
     with pytest.raises(ValueError, match=r"vector inputs must have shape \[batch, pos, d_in=4\]"):
         vec(torch.randn(BATCH, POS, D_IN + 1))
+    with pytest.raises(ValueError, match="attn_mask must be a bool tensor"):
+        vec(torch.randn(BATCH, POS, D_IN), attn_mask=torch.ones(BATCH, POS, POS))

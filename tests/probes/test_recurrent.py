@@ -103,7 +103,7 @@ def test_one_step_gd_matches_a_loop_and_a_linear_attention_layer():
         loop[b] = eta * grad @ x[b, -1, :-1]
     assert_close(one_step_gd_prediction(x, eta), loop, rtol=0, atol=1e-12)
     lsa = MultiHeadAttention(
-        d_x + 1, 1, d_x, kind="linear", is_causal=True, scale=eta / n_points
+        d_x + 1, 1, d_x, attention="linear", is_causal=True, scale=eta / n_points
     ).double()
     with torch.no_grad():
         select = torch.eye(d_x + 1, d_x, dtype=F64)

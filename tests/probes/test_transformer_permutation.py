@@ -176,8 +176,8 @@ def test_bad_inputs_are_one_line_errors():
     with pytest.raises(ValueError, match=r"perm.mlp must hold one entry per block \(2\)"):
         apply_permutation(model, _replace(p, mlp=p.mlp[:1]), x)
     hyla = Transformer(n_layers=1, d_model=6, n_heads=2, d_vocab=5, d_out=3, n_ctx=4)
-    hyla.blocks[0].attn.kind = "hyla"
-    with pytest.raises(ValueError, match=r"blocks.0.attn: kind must be 'softmax' or 'linear'"):
+    hyla.blocks[0].attn.attention = "hyla"
+    with pytest.raises(ValueError, match=r"blocks.0.attn: attention must be 'softmax' or 'linear'"):
         TransformerPermutation.identity(hyla)
 
 

@@ -17,7 +17,7 @@ def _tiny(steps: int) -> ht.HyperteacherRunConfig:
     loop = cfg.loop.model_copy(update={"log_every": 2, "checkpoint_every": 2})
     return cfg.model_copy(
         update={
-            "d_hidden": 16,
+            "d_mlp": 16,
             "n_hidden_layers": 1,
             "inner_steps": 2,
             "meta_batch": 4,
@@ -32,7 +32,7 @@ def _tiny(steps: int) -> ht.HyperteacherRunConfig:
 def test_reference_defaults_become_the_config_and_the_loop():
     cfg = ht.hyperteacher_config("anil", 8, 4, seed=3)
     assert (cfg.learner, cfg.n_experts, cfg.num_hot, cfg.seed) == ("anil", 8, 4, 3)
-    assert cfg.d_hidden == 512 and cfg.inner_steps == 100 and cfg.loop.grad_clip == 2.0
+    assert cfg.d_mlp == 512 and cfg.inner_steps == 100 and cfg.loop.grad_clip == 2.0
     assert cfg.loop.steps == 200_000
 
 

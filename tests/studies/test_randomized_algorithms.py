@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from dynascope.nn import MLP, MultiHeadAttention
 from dynascope.store import RunStore, load_run
 from dynascope.studies.randomized_algorithms import (
     STUDY,
@@ -24,6 +25,7 @@ from dynascope.studies.randomized_algorithms import (
 )
 from dynascope.studies.randomized_algorithms.analysis import _main_table, _verdicts
 from dynascope.studies.randomized_algorithms.protocol import PROTOCOL
+from dynascope.studies.randomized_algorithms.runs import colouring_model
 from dynascope.train import Loop, run_members
 
 
@@ -244,6 +246,31 @@ def test_colouring_and_grid_world_runners_finish_on_tiny_configs(tmp_path):
     run = load_run(tmp_path / "g")
     assert run.status == "finished"
     assert run.tensors("eval.per_treasure_return")[1][-1].shape == (8,)
+
+
+def test_the_colouring_policy_keeps_the_validated_initialisation_order():
+    """Oracle: the draws of the study's validated runs written out (W_in, then each block's
+    attention and MLP, then W_U, from the global RNG); the same bits and the same RNG use."""
+    cfg = ColouringRun(
+        n_vertices=5, d_model=8, d_head=4, n_heads=2, d_mlp=6, n_layers=2, loop=Loop(steps=1)
+    )
+    torch.manual_seed(0)
+    net = colouring_model(cfg).model
+    next_draw = torch.rand(3)
+    torch.manual_seed(0)
+    d_in = cfg.n_vertices + cfg.d_seed
+    W_in = torch.randn(d_in, cfg.d_model) / math.sqrt(d_in)
+    blocks = [(MultiHeadAttention(8, 2, 4), MLP(8, 6)) for _ in range(cfg.n_layers)]
+    W_U = torch.randn(cfg.d_model, 3) / math.sqrt(cfg.d_model)
+    assert torch.equal(torch.rand(3), next_draw)
+    assert torch.equal(net.W_in, W_in) and torch.equal(net.W_U, W_U)
+    for block, (attn, mlp) in zip(net.blocks, blocks, strict=True):
+        for mine, want in ((block.attn, attn), (block.mlp, mlp)):
+            for (name, got), (_, expected) in zip(
+                mine.named_parameters(), want.named_parameters(), strict=True
+            ):
+                assert torch.equal(got, expected), name
+    assert net.W_pos is None and not net.blocks[0].attn.is_causal
 
 
 def test_fast_trains_each_arm_as_one_ensemble_and_the_opt_in_and_paper_presets_build():

@@ -1,6 +1,7 @@
 """Building blocks: attention, Transformer, MLP, and capture points for model internals."""
 
 from .attention import MultiHeadAttention as MultiHeadAttention
+from .attention import masked_softmax as masked_softmax
 from .autoencoder import LinearAutoencoder as LinearAutoencoder
 from .autoencoder import depth_lr as depth_lr
 from .capture import CapturePoint as CapturePoint
@@ -13,7 +14,6 @@ from .hyla import RelativePositionBias as RelativePositionBias
 from .hypernet_transformer import HypernetTransformer as HypernetTransformer
 from .hypernet_transformer import SequenceTransformer as SequenceTransformer
 from .inner_loop import fit_codes as fit_codes
-from .masked_transformer import MaskedTransformer as MaskedTransformer
 from .meta_learners import MetaLearner as MetaLearner
 from .mlp import MLP as ParametrizedMLP
 from .multitask_hypernet import MonolithicMLP as MonolithicMLP
@@ -60,7 +60,6 @@ __all__ = [
     "LRUBlock",
     "LRUNetwork",
     "LinearAutoencoder",
-    "MaskedTransformer",
     "MetaLearner",
     "MonolithicMLP",
     "MultitaskHypernet",
@@ -91,6 +90,7 @@ __all__ = [
     "fit_codes",
     "gated_rnn_from_linear_attention",
     "infer_shapes",
+    "masked_softmax",
     "mup_parameter_groups",
     "register_sigma_reparam",
     "remove_norm_layers",

@@ -54,7 +54,7 @@ __all__ = [
 Normalization = Literal["softmax", "none", "rms_head"]
 TargetNetwork = Literal["default", "mlp_relu", "mlp_linear"]
 
-#: Named mixers (``MultiHeadAttention`` kinds) -> (score normalisation, target network).
+#: Named mixers (``MultiHeadAttention(attention=...)``) -> (score normalisation, target network).
 #: Paper names: softmax_attention, linear_attention, linear_attention_rms_head, linear_hypatt
 #: (HYLA), linear_hypatt_no_rms_head, linear_hypatt_mlp_linear, softmax_hypatt.
 MIXERS: dict[str, tuple[str, str]] = {

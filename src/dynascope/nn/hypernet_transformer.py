@@ -17,7 +17,7 @@ Forward of :class:`SequenceTransformer` (pre-LN, no causal mask by default)::
 
     h = x @ W_in + b_in
     for block in blocks:
-        h = h + attn(ln1(h))          # any MultiHeadAttention kind, T5 bias per layer
+        h = h + attn(ln1(h))          # any MultiHeadAttention attention, T5 bias per layer
         h = h + mlp(ln2(h))           # GELU MLP
         hook_resid_post(h)            # capture point "blocks.{i}.hook_resid_post"
     out = ln_final(h) @ W_U + b_U
@@ -66,7 +66,7 @@ class _Block(nn.Module):
             d_model,
             n_heads,
             d_head,
-            kind=attention,
+            attention=attention,
             is_causal=is_causal,
             use_bias=True,
             relative_position_buckets=relative_position_buckets,
@@ -94,7 +94,7 @@ class SequenceTransformer(nn.Module):
         d_head: per-head width; ``None`` means ``d_model // n_heads``. (The HYLA reference sets
             the total qk/v width ``n_heads * d_head`` apart from ``d_model``: 16 with 8 heads.)
         d_mlp: GELU MLP hidden width.
-        attention: a :class:`MultiHeadAttention` kind (``"softmax"``, ``"linear"``, ``"hyla"``,
+        attention: a :class:`MultiHeadAttention` attention (``"softmax"``, ``"linear"``, ``"hyla"``,
             ``"linear_rms_head"``, ...).
         relative_position_buckets: T5 buckets (= max distance); ``None`` disables the bias.
         is_causal: causal mask (the S3/S4 models use none).

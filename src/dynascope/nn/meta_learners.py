@@ -3,7 +3,7 @@
 Glossary:
     tasks, shots: leading axes; ``x`` ``[tasks, shots, n_input]``, logits ``[tasks, shots,
                 n_output]``, soft targets ``y`` of the same shape (rows sum to 1).
-    base MLP:   ``n_hidden_layers`` hidden layers of width ``d_hidden`` and a readout, each
+    base MLP:   ``n_hidden_layers`` hidden layers of width ``d_mlp`` and a readout, each
                 ``h ← relu(h @ W / sqrt(fan_in) + b)`` (no ReLU on the readout); its weights and
                 biases flattened into one vector of ``P`` entries, layer by layer (W then b).
     v:          ``[tasks, D]`` the task vector the inner loop adapts, from the shared
@@ -46,10 +46,10 @@ Learner = Literal["learned_init", "anil", "hnet_linear"]
 
 
 def mlp_shapes(
-    n_input: int, d_hidden: int, n_hidden_layers: int, n_output: int
+    n_input: int, d_mlp: int, n_hidden_layers: int, n_output: int
 ) -> list[tuple[int, int]]:
     """``(fan_in, fan_out)`` of every layer of the base MLP, readout last."""
-    fans = [n_input] + [d_hidden] * n_hidden_layers
+    fans = [n_input] + [d_mlp] * n_hidden_layers
     return [(a, b) for a, b in zip(fans, fans[1:] + [n_output])]
 
 
@@ -100,7 +100,7 @@ class MetaLearner(nn.Module):
 
     Args:
         kind: ``"learned_init"`` (MAML), ``"anil"`` or ``"hnet_linear"``.
-        n_input, n_output: task sizes; d_hidden, n_hidden_layers: base MLP (S5: 3 hidden
+        n_input, n_output: task sizes; d_mlp, n_hidden_layers: base MLP (S5: 3 hidden
             layers of 384 / 512 / 128).
         d_embedding: hnet_linear's embedding width D (ignored otherwise).
         generator: CPU generator for the initialisation.
@@ -115,7 +115,7 @@ class MetaLearner(nn.Module):
         kind: Learner,
         n_input: int,
         n_output: int,
-        d_hidden: int,
+        d_mlp: int,
         n_hidden_layers: int = 3,
         *,
         d_embedding: int = 16,
@@ -127,14 +127,14 @@ class MetaLearner(nn.Module):
         for name, value in (
             ("n_input", n_input),
             ("n_output", n_output),
-            ("d_hidden", d_hidden),
+            ("d_mlp", d_mlp),
             ("n_hidden_layers", n_hidden_layers),
             ("d_embedding", d_embedding),
         ):
             if value < 1:
                 raise ValueError(f"{name} must be >= 1 (got {name}={value})")
         self.kind = kind
-        self.shapes = mlp_shapes(n_input, d_hidden, n_hidden_layers, n_output)
+        self.shapes = mlp_shapes(n_input, d_mlp, n_hidden_layers, n_output)
         flat = _init_flat(self.shapes, generator)
         n_head = _size(self.shapes[-1:])
         if kind == "learned_init":

@@ -14,6 +14,10 @@ Glossary (dimensions and symbols, TransformerLens names):
     W_U, b_U:   ``[d_model, d_out]``, ``[d_out]`` unembedding.
     MLP W_in, b_in, W_out, b_out: ``[d_model, d_mlp]``, ``[d_mlp]``, ``[d_mlp, d_model]``,
                 ``[d_model]``.
+    masks:      causal (``is_causal``), ``key_padding_mask [batch, key_pos]`` and ``attn_mask
+                [batch, query_pos, key_pos]`` (any per-sequence pattern, e.g. a vertex of a
+                cycle attends only to its neighbours), True = visible, combined by logical and
+                (:mod:`dynascope.nn.attention`).
 
 Forward (pre-LN, as GPT-2)::
 
@@ -33,6 +37,8 @@ References:
         arXiv 2002.04745 (pre-LN).
     Elhage et al. (2021), "A Mathematical Framework for Transformer Circuits"
         (attention-only transformers, residual-stream view).
+    von Oswald et al. (2025), "Learning Randomized Algorithms with Transformers", ICLR,
+        arXiv 2408.10818, sec. 4.2 (neighbour-only attention through ``attn_mask``).
 """
 
 from __future__ import annotations
@@ -110,7 +116,8 @@ class TransformerBlock(nn.Module):
         d_model, n_heads, d_head: see :class:`MultiHeadAttention`.
         d_mlp: MLP hidden width; ``None`` or 0 gives an attention-only block (``mlp`` and
             ``ln2`` are ``None``).
-        attention: ``"softmax"`` or ``"linear"`` attention.
+        attention: ``"softmax"``, ``"linear"`` or another attention of
+            :class:`MultiHeadAttention`.
         is_causal: causal attention mask.
         use_bias: attention biases ``b_Q, b_K, b_V, b_O`` (the MLP always has biases).
         use_ln: LayerNorm before attention and MLP; identities when False.
@@ -137,7 +144,7 @@ class TransformerBlock(nn.Module):
             raise ValueError(f"d_mlp must be None, 0 or positive (got d_mlp={d_mlp})")
         self.ln1 = _norm(d_model, use_ln)
         self.attn = MultiHeadAttention(
-            d_model, n_heads, d_head, kind=attention, is_causal=is_causal, use_bias=use_bias
+            d_model, n_heads, d_head, attention=attention, is_causal=is_causal, use_bias=use_bias
         )
         self.ln2: nn.Module | None = None
         self.mlp: MLP | None = None
@@ -145,9 +152,15 @@ class TransformerBlock(nn.Module):
             self.ln2 = _norm(d_model, use_ln)
             self.mlp = MLP(d_model, d_mlp, activation=activation)
 
-    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
-        """``[batch, pos, d_model] -> [batch, pos, d_model]``; mask as in the attention."""
-        x = x + self.attn(self.ln1(x), key_padding_mask=key_padding_mask)
+    def forward(
+        self,
+        x: Tensor,
+        key_padding_mask: Tensor | None = None,
+        *,
+        attn_mask: Tensor | None = None,
+    ) -> Tensor:
+        """``[batch, pos, d_model] -> [batch, pos, d_model]``; masks as in the attention."""
+        x = x + self.attn(self.ln1(x), key_padding_mask=key_padding_mask, attn_mask=attn_mask)
         if self.mlp is not None:
             x = x + self.mlp(self.ln2(x))
         return x
@@ -177,8 +190,10 @@ class Transformer(nn.Module):
         d_out: output width.
         n_ctx: largest sequence length accepted.
         positional: ``"learned"`` adds ``W_pos[:pos]``; ``"none"`` adds nothing.
-        attention: ``"softmax"`` or ``"linear"``.
-        is_causal: causal attention (decoder); False for a bidirectional encoder.
+        attention: ``"softmax"``, ``"linear"`` or another attention of
+            :class:`MultiHeadAttention`.
+        is_causal: causal attention (decoder); False for a bidirectional encoder, or with an
+            ``attn_mask`` that is the whole mask.
         use_bias: attention biases.
         use_ln: LayerNorms (``ln1``, ``ln2``, ``ln_final``); identities when False.
         activation: MLP activation, ``"gelu"`` or ``"relu"``.
@@ -301,18 +316,28 @@ class Transformer(nn.Module):
             x = x + self.W_pos[:pos]
         return x  # [batch, pos, d_model]
 
-    def forward(self, inputs: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        inputs: Tensor,
+        key_padding_mask: Tensor | None = None,
+        *,
+        attn_mask: Tensor | None = None,
+    ) -> Tensor:
         """Run the model.
 
         Args:
             inputs: token ids ``[batch, pos]`` (long) or vectors ``[batch, pos, d_in]``.
             key_padding_mask: optional bool ``[batch, pos]``, True = real token, False = padding.
+            attn_mask: optional bool ``[batch, query_pos, key_pos]``, True where query ``i`` may
+                see key ``j`` (e.g. a graph's neighbourhoods, with ``is_causal=False`` and
+                ``positional="none"``); combined with the causal and padding masks.
         Returns:
             ``[batch, pos, d_out]`` (logits or predictions at every position).
         Raises:
-            ValueError: as :meth:`embed`, and for a malformed ``key_padding_mask``.
+            ValueError: as :meth:`embed`, and for a malformed ``key_padding_mask`` or
+                ``attn_mask``.
         """
         x = self.embed(inputs)
         for block in self.blocks:
-            x = block(x, key_padding_mask=key_padding_mask)
+            x = block(x, key_padding_mask=key_padding_mask, attn_mask=attn_mask)
         return self.ln_final(x) @ self.W_U + self.b_U

@@ -157,10 +157,10 @@ def _layout(model: nn.Module) -> list[nn.Module]:
     expected = {"W_E", "W_in", "W_pos", "W_U", "b_U", "ln_final.weight", "ln_final.bias"}
     for i, block in enumerate(model.blocks):
         attn = block.attn
-        if attn.kind not in ("softmax", "linear") or attn.relative_position is not None:
+        if attn.attention not in ("softmax", "linear") or attn.relative_position is not None:
             raise ValueError(
-                f"blocks.{i}.attn: kind must be 'softmax' or 'linear' without relative "
-                f"positions (got kind={attn.kind!r})"
+                f"blocks.{i}.attn: attention must be 'softmax' or 'linear' without relative "
+                f"positions (got attention={attn.attention!r})"
             )
         if block.mlp is not None and block.mlp.activation not in _ACTIVATIONS:
             raise ValueError(f"blocks.{i}.mlp: activation {block.mlp.activation!r} unsupported")

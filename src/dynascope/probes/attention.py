@@ -362,9 +362,11 @@ class AttentionEntropy(Probe):
         layers: list[tuple[int, Tensor, Tensor]] = []
         for name in sorted(patterns, key=layer_of.__getitem__):
             module = modules[name]
-            kind = getattr(module, "kind", "softmax")
-            if kind != "softmax":
-                raise ValueError(f"attention_entropy needs softmax attention ({name} has {kind=})")
+            attention = getattr(module, "attention", "softmax")
+            if attention != "softmax":
+                raise ValueError(
+                    f"attention_entropy needs softmax attention ({name} has {attention=})"
+                )
             layers.append((layer_of[name], *self._heads(patterns[name], module, key_padding_mask)))
         return self._keys(layers)
 

@@ -51,11 +51,11 @@ __all__ = [
 
 # Reference ``configs/hyperteacher.py``: base width, inner steps and lr, outer lr, wd, clip.
 LEARNER_DEFAULTS: dict[str, dict[str, float | int]] = {
-    "hnet_linear": {"d_hidden": 128, "inner_steps": 10, "inner_lr": 0.3, "outer_lr": 1e-3,
+    "hnet_linear": {"d_mlp": 128, "inner_steps": 10, "inner_lr": 0.3, "outer_lr": 1e-3,
                     "weight_decay": 1e-2, "clip": 1.0},
-    "anil": {"d_hidden": 512, "inner_steps": 100, "inner_lr": 0.03, "outer_lr": 1e-3,
+    "anil": {"d_mlp": 512, "inner_steps": 100, "inner_lr": 0.03, "outer_lr": 1e-3,
              "weight_decay": 1e-4, "clip": 2.0},
-    "learned_init": {"d_hidden": 384, "inner_steps": 10, "inner_lr": 0.01, "outer_lr": 1e-3,
+    "learned_init": {"d_mlp": 384, "inner_steps": 10, "inner_lr": 0.01, "outer_lr": 1e-3,
                      "weight_decay": 1e-4, "clip": 2.0},
 }  # fmt: skip
 # S5 / paper Table 1: OOD accuracy (%) by learner and (M, K).
@@ -84,7 +84,7 @@ class HyperteacherRunConfig(EngineRunConfig):
     frac_ood: float = Field(0.25, gt=0, lt=1)
     chunking: bool = False
     continuous: bool = False
-    d_hidden: int = Field(128, ge=1, description="base MLP width")
+    d_mlp: int = Field(128, ge=1, description="base MLP hidden width")
     n_hidden_layers: int = Field(3, ge=1)
     inner_steps: int = Field(10, ge=0)
     inner_lr: float = Field(0.3, gt=0)
@@ -139,7 +139,7 @@ def build_hyperteacher(config: HyperteacherRunConfig, streams: SeedStreams) -> P
         seed=streams("teacher"),
     )
     learner = MetaLearner(
-        cfg.learner, 16, 8, cfg.d_hidden, cfg.n_hidden_layers,
+        cfg.learner, 16, 8, cfg.d_mlp, cfg.n_hidden_layers,
         d_embedding=4 * cfg.n_experts, generator=streams.generator("learner"),
     )  # fmt: skip
     shots = cfg.shots_support + cfg.shots_query

@@ -301,7 +301,7 @@ def _icl_model(config: ICLRun) -> nn.Module:
     if config.model == "grnn":
         return _rnn(d_in, config.d_hidden, config.gating, lambda_kind=config.lambda_kind)
     if config.model == "lsa":
-        return MultiHeadAttention(d_in, config.n_heads, config.d_head, kind="linear",
+        return MultiHeadAttention(d_in, config.n_heads, config.d_head, attention="linear",
                                   is_causal=True)  # fmt: skip
     if config.model == "lru":
         return LRUNetwork(d_in, config.d_model, config.d_hidden, config.n_layers, 1)

@@ -31,7 +31,6 @@ from torch.func import functional_call
 
 from dynascope.monitor import EveryN
 from dynascope.nn import Transformer
-from dynascope.nn.masked_transformer import MaskedTransformer
 from dynascope.nn.random_inputs import RandomInputs, draw_seeds
 from dynascope.optim.es import PGPE, vectorize, worst_case
 from dynascope.optim.lq import lq_loss
@@ -131,17 +130,45 @@ def recall_model(cfg: RecallRun) -> RandomInputs:
     return RandomInputs(net, cfg.d_seed)
 
 
+def _masked_transformer(
+    cfg: ColouringRun | GridWorldRun, *, d_in: int, d_out: int, n_ctx: int
+) -> Transformer:
+    """A softmax :class:`Transformer` on vectors, without positions, read under an ``attn_mask``
+    (no causal mask of its own), initialised in the order the study was validated with.
+
+    The weights are drawn from torch's global RNG as ``W_in = randn(d_in, d_model) /
+    sqrt(d_in)``, then every block's attention and MLP (their own ``reset_parameters``), then
+    ``W_U = randn(d_model, d_out) / sqrt(d_model)``, ``b_U = 0``: the same distributions as
+    :class:`Transformer`'s own initialisation, which draws ``W_in`` after the blocks; the order
+    keeps every run of this study bitwise what it was when its protocol was fixed.
+    """
+    with torch.random.fork_rng(devices=[]):  # the construction's draws are replaced below
+        net = Transformer(
+            n_layers=cfg.n_layers,
+            d_model=cfg.d_model,
+            n_heads=cfg.n_heads,
+            d_head=cfg.d_head,
+            d_mlp=cfg.d_mlp,
+            d_in=d_in,
+            d_out=d_out,
+            n_ctx=n_ctx,
+            positional="none",
+            is_causal=False,
+        )
+    with torch.no_grad():
+        net.W_in.copy_(torch.randn(d_in, cfg.d_model) / math.sqrt(d_in))
+        for block in net.blocks:
+            block.attn.reset_parameters()
+            if block.mlp is not None:
+                block.mlp.reset_parameters()
+        net.W_U.copy_(torch.randn(cfg.d_model, d_out) / math.sqrt(cfg.d_model))
+    return net
+
+
 def colouring_model(cfg: ColouringRun) -> RandomInputs:
     """Neighbour-masked softmax transformer + per-vertex (or shared) seed wrapper."""
-    net = MaskedTransformer(
-        n_layers=cfg.n_layers,
-        d_model=cfg.d_model,
-        n_heads=cfg.n_heads,
-        d_head=cfg.d_head,
-        d_mlp=cfg.d_mlp,
-        d_in=cfg.n_vertices + cfg.d_seed,
-        d_out=3,
-    )
+    d_in = cfg.n_vertices + cfg.d_seed
+    net = _masked_transformer(cfg, d_in=d_in, d_out=3, n_ctx=cfg.n_vertices)
     return RandomInputs(net, cfg.d_seed)
 
 
@@ -312,7 +339,8 @@ def _returns(model, params, env: GridWorld, seeds: Tensor) -> Tensor:
     def policy(tokens):
         t = tokens.shape[1]
         causal = torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril()
-        return functional_call(model, params, (tokens, causal.expand(tokens.shape[0], t, t)))
+        mask = causal.expand(tokens.shape[0], t, t)
+        return functional_call(model, params, (tokens,), {"attn_mask": mask})
 
     return env.rollout(policy, rows_t, rows_s).reshape(n, m)
 
@@ -378,21 +406,14 @@ class PGPEStep:
 
 
 def build_grid_world(config: GridWorldRun, streams: SeedStreams) -> Parts:
-    """The policy (a causal softmax transformer without positions; :class:`MaskedTransformer`'s
-    explicit softmax has vmap batching rules), the PGPE step, and a probe every
+    """The policy (a softmax transformer without positions under a causal ``attn_mask``, which
+    takes the explicit softmax, with vmap batching rules), the PGPE step, and a probe every
     ``loop.log_every`` generations: the centre's ``eval.worst_return`` / ``eval.mean_return``
     on ``eval_seeds`` seeds from stream ``eval`` (at the end also ``eval.per_treasure_return``
     ``[treasures]``, the seed-averaged return per treasure cell)."""
     env = GridWorld(size=config.size, steps_per_episode=config.steps_per_episode)
-    model = MaskedTransformer(
-        n_layers=config.n_layers,
-        d_model=config.d_model,
-        n_heads=config.n_heads,
-        d_head=config.d_head,
-        d_mlp=config.d_mlp,
-        d_in=env.d_obs + config.d_seed,
-        d_out=env.n_actions,
-    )
+    d_in = env.d_obs + config.d_seed
+    model = _masked_transformer(config, d_in=d_in, d_out=env.n_actions, n_ctx=env.n_steps)
     eval_seeds = torch.randn(config.eval_seeds, config.d_seed, generator=streams.generator("eval"))
 
     def returns(m: nn.Module, ctx: Any) -> dict[str, Tensor]:
