@@ -56,8 +56,8 @@ class ExecutedRuns:
         runs: run name -> the run as stored, for every member of every task, in task order.
         seconds: run name -> wall-clock seconds of the executed runs (an ensemble's time is
             shared equally among its members; ``nan`` when unknown).
-        interruption: the first interruption, or ``None`` when every task ran to its end (the
-            runs then hold only what was read before it).
+        interruption: the first interruption (``runs`` then holds the runs read before it),
+            or ``None`` when every task ran to its end.
     """
 
     runs: dict[str, Run] = field(default_factory=dict)
