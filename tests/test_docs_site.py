@@ -5,6 +5,7 @@ an API reference section per public probes module. (CI builds the site with
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
@@ -45,3 +46,33 @@ def test_every_public_probes_module_is_in_the_api_reference():
         if not m.startswith("_") and f"::: dynascope.probes.{m}\n" not in reference
     ]
     assert missing == [], f"add these modules to docs/api/probes.md: {missing}"
+
+
+_LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+
+
+def _relative_links(text: str) -> list[str]:
+    """The targets of the inline Markdown links and images in ``text`` that are relative paths
+    (no scheme, not a bare ``#anchor``), outside code spans and fenced blocks."""
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    targets = [m.group(1) for m in _LINK.finditer(text)]
+    return [t for t in targets if not re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*:|#", t)]
+
+
+def test_link_finder_reads_links_and_images_but_not_code():
+    text = "[a](x.md#s) ![f](fig/a.png) [w](https://e.org) [t](#top) `[c](code.md)`\n```\n[d](d.md)\n```"
+    assert _relative_links(text) == ["x.md#s", "fig/a.png"]
+
+
+def test_every_relative_link_in_docs_targets_a_file_in_docs():
+    """A link to a directory (``studies/``) or outside docs/ builds under one mkdocs version
+    and fails ``mkdocs build --strict`` under another; a link to a file builds under all."""
+    docs = (ROOT / "docs").resolve()
+    bad = []
+    for page in sorted(docs.rglob("*.md")):
+        for target in _relative_links(page.read_text()):
+            path = (page.parent / target.split("#")[0]).resolve()
+            if not (path.is_file() and path.is_relative_to(docs)):
+                bad.append(f"{page.relative_to(docs)}: {target}")
+    assert bad == [], f"link to an existing .md page or asset inside docs/: {bad}"
