@@ -10,9 +10,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from dynascope.report.figures import figure_problems, new_figure  # noqa: E402
+from dynascope.report.figures import add_colorbar, figure_problems, new_figure  # noqa: E402
 
 
 def test_unlabelled_axes_and_unexplained_colours_are_found():
@@ -62,6 +63,39 @@ def test_colour_bars_hidden_and_empty_panels_are_skipped():
     c.set_visible(False)
     assert figure_problems(fig) == []  # b is empty
     plt.close(fig)
+
+
+def test_colour_bar_ticks_are_plain_values_not_an_offset():
+    """Entropies 3.8770-3.8778 nats (a narrow range, as on a near-uniform attention): the default
+    colour bar labels the ticks 0.0000-0.0008 under "+3.877"; add_colorbar labels them 3.8770,
+    ..., 3.8778, with no offset text, and figure_problems tells the two apart."""
+    values = np.linspace(3.8770, 3.8778, 6).reshape(2, 3)
+    fig, (default, plain) = new_figure(2)
+    for ax in (default, plain):
+        ax.set(xlabel="head", ylabel="layer")
+    fig.colorbar(default.imshow(values), ax=default, label="entropy")
+    bar = add_colorbar(fig, plain.imshow(values), plain, "entropy (nats)")
+    assert figure_problems(fig) == ["panel 2 (colour bar 'entropy'): ticks offset by '+3.877'"]
+    fig.canvas.draw()
+    assert bar.ax.yaxis.get_offset_text().get_text() == ""
+    ticks = [(t.get_position()[1], t.get_text()) for t in bar.ax.get_yticklabels()]
+    assert len(ticks) >= 3
+    for position, label in ticks:  # each label reads as its own tick value, to 1e-4
+        assert float(label) == pytest.approx(position, abs=1e-4) and 3.877 <= float(label) <= 3.8778
+    plt.close(fig)
+
+
+def test_inspect_colour_bars_have_no_offset_on_a_narrow_range(monkeypatch, tmp_path):
+    from dynascope.report.inspect import inspect_figures
+
+    found = _check_saved(monkeypatch)
+    rows = [
+        {"layer": layer, "module": f"L{layer}", "head": head, "qk_effective_rank": 2.0001 + head / 1e4,
+         "ov_effective_rank": 2.0, "attention_entropy": 3.8770 + (3 * layer + head) / 1e4}
+        for layer in range(2) for head in range(3)
+    ]  # fmt: skip
+    inspect_figures(pd.DataFrame(rows), tmp_path)
+    assert found == {"heads.tmp.png": []}
 
 
 def _check_saved(monkeypatch):

@@ -1,5 +1,6 @@
 """Figures (matplotlib, Agg) and self-contained HTML reports for runs and studies."""
 
+from .figures import add_colorbar as add_colorbar
 from .figures import new_figure as new_figure
 from .figures import note_below_axis as note_below_axis
 from .figures import save_figure as save_figure

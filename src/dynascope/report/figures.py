@@ -15,9 +15,12 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.cm import ScalarMappable  # noqa: E402
+from matplotlib.colorbar import Colorbar  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import ScalarFormatter  # noqa: E402
 
-__all__ = ["figure_problems", "new_figure", "note_below_axis", "save_figure"]
+__all__ = ["add_colorbar", "figure_problems", "new_figure", "note_below_axis", "save_figure"]
 
 _STYLE = {
     "figure.dpi": 110,
@@ -55,6 +58,19 @@ def new_figure(
     if title:
         fig.suptitle(title)
     return fig, list(axes.flat)
+
+
+def add_colorbar(fig: Figure, mappable: ScalarMappable, ax: Axes, label: str, **kwargs) -> Colorbar:
+    """A colour bar for ``mappable`` beside ``ax`` whose tick labels are the values themselves.
+
+    Matplotlib's default shows a narrow range such as 3.8768-3.8776 as ticks of 0.0002 under
+    an offset "+3.877" (or a multiplier "1e-6"), which a reader misreads; here every tick
+    label is the full value (``ScalarFormatter`` without offset or scientific notation).
+    ``kwargs`` go to :meth:`Figure.colorbar` (``pad``, ``orientation``...).
+    """
+    plain = ScalarFormatter(useOffset=False)
+    plain.set_scientific(False)
+    return fig.colorbar(mappable, ax=ax, label=label, format=plain, **kwargs)
 
 
 def save_figure(fig: Figure, path: str | os.PathLike[str]) -> Path:
@@ -143,9 +159,19 @@ def _labelled(ax: Axes, axis: str) -> bool:
     return any(getattr(other, f"get_{axis}label")() for other in shared.get_siblings(ax))
 
 
+def _colorbar_offset(bar: Colorbar) -> str:
+    """The offset or multiplier text drawn beside ``bar``'s ticks ("+3.877", "1e-6"), or ""."""
+    axis = bar.ax.yaxis if bar.orientation == "vertical" else bar.ax.xaxis
+    formatter = axis.get_major_formatter()
+    formatter.set_locs(list(axis.get_majorticklocs()))
+    return formatter.get_offset() if hasattr(formatter, "get_offset") else ""
+
+
 def figure_problems(fig: Figure) -> list[str]:
-    """What a reader could not decode in ``fig``: panels without axis labels, and panels whose
-    colours carry meaning (two or more colours) that no legend or colour bar explains.
+    """What a reader could not decode in ``fig``: panels without axis labels, panels whose
+    colours carry meaning (two or more colours) that no legend or colour bar explains, and
+    colour bars whose tick labels need an offset or multiplier ("+3.877") to be read
+    (:func:`add_colorbar` draws them plain).
 
     An axis counts as labelled by its own label, by a label on an axis it shares (``sharex``:
     the bottom row), by category names on its ticks, or by ``fig.supxlabel``/``supylabel``.
@@ -157,6 +183,13 @@ def figure_problems(fig: Figure) -> list[str]:
         One line per problem, ``"panel 2 ('title'): no y label"``; empty when none.
     """
     problems = []
+    for i, ax in enumerate(fig.axes):
+        bar = getattr(ax, "_colorbar", None)
+        offset = _colorbar_offset(bar) if bar is not None else ""
+        if offset:
+            problems.append(
+                f"panel {i} (colour bar {ax.get_ylabel()!r}): ticks offset by {offset!r}"
+            )
     shared_x = getattr(fig, "_supxlabel", None) is not None
     shared_y = getattr(fig, "_supylabel", None) is not None
     explained = _legend_colours(fig)

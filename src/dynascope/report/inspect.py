@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dynascope.report.figures import new_figure, save_figure
+from dynascope.report.figures import add_colorbar, new_figure, save_figure
 from dynascope.report.html import write_table_report
 
 __all__ = ["inspect_figures", "write_inspect_report"]
@@ -59,7 +59,7 @@ def inspect_figures(frame: pd.DataFrame, figures_dir: str | os.PathLike[str]) ->
         ax.set_xticks(np.arange(grid.shape[1]), [str(h) for h in grid.columns])
         ax.set_yticks(np.arange(grid.shape[0]), [str(layer) for layer in grid.index])
         ax.grid(False)
-        fig.colorbar(image, ax=ax, label=label)
+        add_colorbar(fig, image, ax, label)
     paths = [save_figure(fig, figures_dir / "heads.png")]
     if series and frame["step"].nunique() > 1:
         fig, axes = new_figure(len(panels), width=3.6, height=3.0, title="mean over heads")

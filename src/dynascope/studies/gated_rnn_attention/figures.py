@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from dynascope.report import new_figure, save_figure
+from dynascope.report import add_colorbar, new_figure, save_figure
 from dynascope.store import Run
 
 __all__ = ["draw_figures", "last", "mean", "tensor"]
@@ -157,8 +157,7 @@ def _weights_figure(run: Run | None, figures: Path) -> Path | None:
         ax.set_yticks(range(d_in), labels)
         ax.set(xlabel=xlabel, ylabel=f"${name}$ row\n(input coordinate)")
         ax.grid(False)
-        bar = fig.colorbar(image, ax=ax, pad=0.01)
-        bar.set_label(f"${name}[i, n]$")
+        add_colorbar(fig, image, ax, f"${name}[i, n]$", pad=0.01)
     ax = axes[2]
     ax.plot(lam[order], "o-", ms=3, label=r"$|\lambda_n|$")
     ax.plot(
