@@ -363,13 +363,6 @@ def test_study_list_fits_100_columns_when_piped():
     assert "weight-decay-low-rank" in proc.stdout
 
 
-def test_study_catalog_matches_the_registry():
-    from dynascope._study_catalog import CATALOG, live_catalog
-
-    # on failure: regenerate with `python -m dynascope._study_catalog`
-    assert CATALOG == live_catalog()
-
-
 @pytest.mark.parametrize(
     "words",
     [

@@ -110,6 +110,7 @@ study_app.command("list")(study.study_list)
 study_app.command("run")(study.study_run)
 study_app.command("table")(study_docs.study_table)
 study_app.command("docs")(study_docs.study_docs)
+study_app.command("catalog", hidden=True)(study.study_catalog)
 app.add_typer(study_app, name="study")
 
 config_app = typer.Typer(help="Check run configs.", no_args_is_help=True)

@@ -36,12 +36,15 @@ def study_list(
 
     The cost is the measured wall time of that preset (— where none is recorded).
     """
-    from dynascope._study_catalog import CATALOG, live_catalog
+    from dynascope.catalog import read_catalog
 
-    # a fresh process reads the generated catalog (importing the studies means importing torch);
+    # a fresh process reads the catalog file (importing the studies means importing torch);
     # where the registry is loaded already (a notebook, a test), it reads the registry itself
-    rows = live_catalog() if "dynascope.studies" in sys.modules else CATALOG
     try:
+        if "dynascope.studies" in sys.modules:
+            rows = sys.modules["dynascope.studies"].catalog_entries()
+        else:
+            rows = read_catalog()
         costs = preset_costs()
     except ValueError as err:
         fail(str(err))
@@ -58,6 +61,28 @@ def study_list(
     if long:  # a paragraph each: prose reads badly in a narrow column
         for name, _, claim, _ in rows:
             print_line(f"\n{name}: {claim}", soft_wrap=True)
+
+
+def study_catalog(
+    write: Annotated[
+        bool, typer.Option("--write", help="write the file (default: print what it would hold)")
+    ] = False,
+) -> None:
+    """The study catalog (studies/catalog.json) from the study packages: each study's presets,
+    claim and reproducing preset, which `study list` and `--help` read without importing torch.
+
+    Run with --write after adding a study or changing a claim, a preset or a protocol's
+    `reproduces`; a test fails while the file is stale.
+    """
+    from dynascope import studies
+    from dynascope.catalog import CATALOG_FILE, catalog_text
+
+    text = catalog_text(studies.catalog_entries())
+    if not write:
+        sys.stdout.write(text)
+        return
+    CATALOG_FILE.write_text(text, encoding="utf-8")
+    print_line(f"wrote {CATALOG_FILE}")
 
 
 def _duration(seconds: float | None) -> str:
@@ -99,7 +124,7 @@ def study_run(
     Rerunning into the same directory resumes it: finished runs are kept, interrupted ones
     continue from their checkpoints, missing ones start (--fresh starts over).
     """
-    from dynascope._study_catalog import check
+    from dynascope.catalog import check
 
     if all_ == (name is not None):
         given = "both were given" if all_ else "neither was given"

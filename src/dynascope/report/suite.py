@@ -168,7 +168,7 @@ def reproduction_lines(preset: str) -> list[str]:
     """A Markdown table of every registered study: the preset its protocol expects to
     reproduce the finding (the opening clause of ``reproduces``), and the measured cost of
     ``preset`` and of that preset (``studies/preset_costs.json``)."""
-    from dynascope._study_catalog import CATALOG
+    from dynascope.catalog import read_catalog
     from dynascope.presets import cost_text, preset_costs, reproducing_preset
 
     costs = preset_costs()
@@ -179,7 +179,7 @@ def reproduction_lines(preset: str) -> list[str]:
         f"| study | reproduces | cost of `{preset}` | cost of the reproducing preset |",
         "|---|---|---|---|",
     ]
-    for name, _presets, _claim, reproduces in CATALOG:
+    for name, _presets, _claim, reproduces in read_catalog():
         own = costs.get(name, {})
         target = reproducing_preset(reproduces)
         target_cost = "" if target in (None, preset) else cost_text(own.get(target))
