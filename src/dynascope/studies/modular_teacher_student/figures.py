@@ -9,8 +9,9 @@ import numpy as np
 
 from dynascope.report import new_figure, save_figure
 from dynascope.store import Run
-from dynascope.studies._hyperteacher_run import PAPER_OOD_ACCURACY, HyperteacherRunConfig
 from dynascope.studies._run_values import last_or_nan
+
+from .hyperteacher import PAPER_OOD_ACCURACY, HyperteacherRunConfig
 
 __all__ = ["hyper_figure", "hyper_rows", "study_figures"]
 

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dynascope.studies._hyperteacher_run import (
-    LEARNER_DEFAULTS,
-    build_hyperteacher,
-    hyperteacher_config,
-)
 from dynascope.studies.base import RunSpec, Study
 from dynascope.tasks.modular_teacher import TASK_SETS
 from dynascope.train import Loop, LRSchedule
 
 from .analysis import BLESSED_SET, DOOMED_SET, analyze
+from .hyperteacher import (
+    LEARNER_DEFAULTS,
+    build_hyperteacher,
+    hyperteacher_config,
+)
 from .protocol import PROTOCOL
 from .runs import TeacherStudentRun, build_student
 

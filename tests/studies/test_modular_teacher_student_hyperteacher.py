@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from dynascope.store import load_run
-from dynascope.studies import _hyperteacher_run as ht
 from dynascope.studies.modular_teacher_student import STUDY
+from dynascope.studies.modular_teacher_student import hyperteacher as ht
 from dynascope.train import run_members
 
 
