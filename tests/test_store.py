@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import pickle
 
 import numpy as np
 import pytest
 import torch
 
-from dynascope.store import RunStore, load_run
+from dynascope.store import RunPeek, RunStore, load_run, peek_run
 
 
 def test_scalars_tensors_events_round_trip(tmp_path):
@@ -48,7 +49,7 @@ def test_same_step_and_key_replaces_row(tmp_path):
 
 
 def test_unflushed_rows_are_not_visible_until_commit(tmp_path):
-    store = RunStore(tmp_path, flush_every=10_000)
+    store = RunStore(tmp_path, flush_every=10_000, flush_seconds=None)
     store.log(1, {"a": 1.0})
     assert load_run(tmp_path).scalars.empty
     store.flush()
@@ -255,3 +256,25 @@ def test_a_store_whose_schema_fails_leaves_no_file(tmp_path, monkeypatch):
         RunStore(tmp_path / "s")
     monkeypatch.undo()
     assert load_run(tmp_path / "s").last("a") == 1.0
+
+
+def test_rows_are_committed_once_flush_seconds_have_passed(tmp_path):
+    store = RunStore(tmp_path, flush_every=10_000, flush_seconds=0.0)
+    store.log(1, {"a": 1.0})  # no flush() and far from flush_every: committed by time
+    assert load_run(tmp_path).last("a") == 1.0
+    store.close()
+
+
+def test_peek_run_reads_status_last_step_and_loss(tmp_path):
+    assert peek_run(tmp_path / "none") is None
+    with RunStore(tmp_path / "run") as store:
+        assert peek_run(tmp_path / "run") == RunPeek(None, None, None)
+        store.set_status(0, "running")
+        store.log(3, {"train.loss": 0.5, "other": 9.0})
+        store.log(5, {"other": 1.0})
+        store.flush()
+        assert peek_run(tmp_path / "run") == RunPeek("running", 5, 0.5)
+        store.log(6, {"train.loss": float("nan")})
+        store.set_status(7, "diverged")  # an event row later than any scalar
+    peek = peek_run(tmp_path / "run")
+    assert (peek.status, peek.step) == ("diverged", 7) and math.isnan(peek.loss)

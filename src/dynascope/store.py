@@ -11,10 +11,11 @@ Layout of a run directory::
       figures/  report.html  written by ``dynascope.report``
 
 Rows are buffered in memory and committed in one transaction per :meth:`RunStore.flush`
-(the Trainer flushes every few hundred rows and always before writing a checkpoint), so a run
-killed at any moment keeps every committed row. ``(step, key)`` is the primary key of
-``scalars`` and ``tensors``: logging the same key at the same step again replaces the row, so
-a resumed run never duplicates rows. The database uses WAL journaling.
+(every ``flush_every`` rows, at least every ``flush_seconds`` while rows are logged, and always
+before writing a checkpoint), so a run killed at any moment keeps every committed row, and a
+reader (``dynascope show --follow``) sees a run's progress within seconds. ``(step, key)`` is
+the primary key of ``scalars`` and ``tensors``: logging the same key at the same step again
+replaces the row, so a resumed run never duplicates rows. The database uses WAL journaling.
 
 The run's lifecycle is recorded in ``events`` rows of kind ``status`` whose detail is one of
 ``running``, ``finished``, ``diverged``, ``interrupted``, ``failed``; :attr:`RunStore.status`
@@ -42,6 +43,7 @@ import os
 import re
 import socket
 import sqlite3
+import time
 import warnings
 from contextlib import closing
 from dataclasses import dataclass
@@ -68,11 +70,14 @@ __all__ = [
     "RunLock",
     "RunLockedError",
     "RunStore",
+    "STUDY_FILE",
     "UnsafeCheckpointError",
     "create_run_dir",
     "load_run",
     "stored_run",
     "lock_is_free",
+    "peek_run",
+    "RunPeek",
     "safe_name",
 ]
 
@@ -84,6 +89,7 @@ METRICS_FILE = "metrics.sqlite"
 REPORT_FILE = "report.html"
 FIGURES_DIR = "figures"
 VERDICT_FILE = "verdict.json"
+STUDY_FILE = "study.json"  # a study directory's manifest (dynascope.studies._plan)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS scalars (
@@ -261,6 +267,8 @@ class RunStore:
     Args:
         path: the run directory; created (with parents) if missing.
         flush_every: buffered rows that trigger a commit on :meth:`log`.
+        flush_seconds: seconds after the last commit after which :meth:`log` commits the
+            buffer whatever its size (``None``: by rows only).
         lock: take ``RUN_DIR/.lock`` for the store's lifetime (:class:`RunLock`).
     Raises:
         RunLockedError: with ``lock=True``, if another live process holds the run.
@@ -268,11 +276,18 @@ class RunStore:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, flush_every: int = 2000, lock: bool = False
+        self,
+        path: str | os.PathLike[str],
+        *,
+        flush_every: int = 2000,
+        flush_seconds: float | None = 2.0,
+        lock: bool = False,
     ) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.flush_every = flush_every
+        self.flush_seconds = flush_seconds
+        self._committed_at = time.monotonic()
         self._lock = RunLock(self.path) if lock else None
         db_path = self.path / "metrics.sqlite"
         created = not db_path.exists()
@@ -301,7 +316,8 @@ class RunStore:
         """Buffer metrics for ``step``: scalars (floats, 0-d/1-element tensors) and tensors.
 
         Tensors with more than one element go to the ``tensors`` table as float32 or their
-        own dtype (as raw bytes, C order). Commits when the buffer exceeds ``flush_every``.
+        own dtype (as raw bytes, C order). Commits when the buffer reaches ``flush_every`` rows
+        or ``flush_seconds`` have passed since the last commit.
         """
         for key, value in values.items():
             if isinstance(value, Tensor) and value.numel() != 1:
@@ -311,11 +327,15 @@ class RunStore:
                 )
             else:
                 self._scalars.append((step, key, _to_float(value)))
-        if len(self._scalars) + len(self._tensors) >= self.flush_every:
+        if len(self._scalars) + len(self._tensors) >= self.flush_every or (
+            self.flush_seconds is not None
+            and time.monotonic() - self._committed_at >= self.flush_seconds
+        ):
             self.flush()
 
     def flush(self) -> None:
         """Commit buffered rows in one transaction."""
+        self._committed_at = time.monotonic()
         if not self._scalars and not self._tensors:
             return
         with self._db:
@@ -589,6 +609,53 @@ def stored_run(path: str | os.PathLike[str]) -> Run | None:
         return None
 
 
+@dataclass(frozen=True)
+class RunPeek:
+    """Where a run stands, as its committed rows say (see :func:`peek_run`).
+
+    Attributes:
+        status: the latest status (:data:`STATUSES`), or ``None`` before the first.
+        step: the last step of any committed scalar or event row (``None``: no row yet).
+        loss: the last committed ``train.loss`` (``None``: none yet; ``nan`` if it was NaN).
+    """
+
+    status: str | None
+    step: int | None
+    loss: float | None
+
+
+def peek_run(path: str | os.PathLike[str]) -> RunPeek | None:
+    """A run's status, last step and last training loss, from three indexed queries: cheap
+    enough to poll every second while the run writes (:func:`load_run` reads every row).
+
+    Args:
+        path: a run directory.
+    Returns:
+        :class:`RunPeek`, or ``None`` where there is no run yet (no ``metrics.sqlite``, or one
+        without the store's tables).
+    Raises:
+        sqlite3.DatabaseError: if ``metrics.sqlite`` is not a database.
+    """
+    db_path = Path(path) / METRICS_FILE
+    if not db_path.is_file():
+        return None
+    with closing(_connect_ro(db_path)) as db:
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not {"scalars", "events"} <= tables:
+            return None
+        steps = [
+            db.execute(f"SELECT max(step) FROM {t}").fetchone()[0] for t in ("scalars", "events")
+        ]
+        loss = db.execute(
+            "SELECT value FROM scalars WHERE key = 'train.loss' ORDER BY step DESC LIMIT 1"
+        ).fetchone()
+        status = _latest_status(db)
+    known = [s for s in steps if s is not None]
+    if loss is not None:  # a NaN is stored as NULL
+        loss = math.nan if loss[0] is None else float(loss[0])
+    return RunPeek(status, max(known) if known else None, loss)
+
+
 def _add_key_parts(scalars: pd.DataFrame) -> None:
     """Add ``layer``, ``head`` (Int64) and ``metric`` columns parsed from ``key``, in place."""
     codes, unique = pd.factorize(scalars["key"])  # parse each distinct key once
@@ -652,8 +719,8 @@ def load_study(path: str | os.PathLike[str]) -> pd.DataFrame:
             f"no run directories (with metrics.sqlite) under {str(path)!r} or its runs/"
         )
     manifest: dict[str, Any] = {}
-    if (path / "study.json").is_file():
-        manifest = json.loads((path / "study.json").read_text()).get("runs", {}) or {}
+    if (path / STUDY_FILE).is_file():
+        manifest = json.loads((path / STUDY_FILE).read_text()).get("runs", {}) or {}
     frames = []
     for run_dir in run_dirs:
         run = load_run(run_dir)

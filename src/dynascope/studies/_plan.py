@@ -27,7 +27,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dynascope.store import RunLockedError, lock_is_free, stored_run
+from dynascope.store import STUDY_FILE, RunLockedError, lock_is_free, stored_run
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MANIFEST", "plan_runs", "plan_tasks", "write_manifest"]
 
-MANIFEST = "study.json"
+MANIFEST = STUDY_FILE
 _KEEP = ("finished", "diverged")
 
 

@@ -19,7 +19,9 @@ runs go on and ``analyze`` sees its status. A run that fails with an exception (
 process dies) is recorded as ``failed`` and the others go on. A run stopped by SIGINT/SIGTERM
 stops the study (:class:`StudyInterrupted`). Running the study again resumes it: finished
 runs are kept, interrupted ones continue from their checkpoints, missing ones start
-(``studies/_plan.py``; ``out/study.json`` records what the directory holds).
+(``studies/_plan.py``; ``out/study.json`` records what the directory holds). While it
+executes, ``Study.run`` holds a shared lock on ``out/.lock``, so that ``dynascope show
+--follow`` knows the study is live (``studies/progress.py``).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from dynascope.store import Run, load_run, safe_name
 from dynascope.train import Parts, SeedStreams
 
 from ._plan import MANIFEST, plan_runs, plan_tasks, write_manifest
+from .progress import executing_study
 from .protocol import Protocol
 from .verdict import Verdict
 
@@ -255,26 +258,31 @@ class Study:
 
         out, executor = Path(out), executor or LocalExecutor()
         specs, plan, device = self._plan(preset, out, seed, device, fresh)
-        tasks, plan = plan_tasks(specs, plan, out, device, progress and executor.name == "local")
-        start, seconds = time.perf_counter(), _previous_seconds(out)
-        report = on_run or (lambda *args, **kwargs: None)
-        if on_start is not None:
-            on_start()
-        kept = {n: load_run(out / "runs" / n) for n, action in plan.items() if action == "keep"}
-        for name, run in kept.items():
-            report(name, run.status or "unknown", _float(seconds.get(name)), action="kept")
-        executed = run_tasks(executor, tasks, report)
-        if (stop := executed.interruption) is not None:
-            raise StudyInterrupted(stop.run_name, stop.signal, stop.step, ended=stop.ended)
-        seconds |= {name: round(share, 2) for name, share in executed.seconds.items()}
-        stored = kept | executed.runs
-        runs = {name: stored[name] for name in plan}  # in the specs' order
-        rows = [_row(name, run.status, seconds, plan[name]) for name, run in runs.items()]
-        elapsed = lambda: time.perf_counter() - start  # noqa: E731
-        try:
-            return self._conclude(out, preset, runs, rows, elapsed, run_reports, frozenset(kept))
-        except KeyboardInterrupt as err:
-            raise AnalysisInterrupted from err
+        with executing_study(out):  # for `dynascope show --follow` (studies/progress.py)
+            tasks, plan = plan_tasks(
+                specs, plan, out, device, progress and executor.name == "local"
+            )
+            start, seconds = time.perf_counter(), _previous_seconds(out)
+            report = on_run or (lambda *args, **kwargs: None)
+            if on_start is not None:
+                on_start()
+            kept = {n: load_run(out / "runs" / n) for n, action in plan.items() if action == "keep"}
+            for name, run in kept.items():
+                report(name, run.status or "unknown", _float(seconds.get(name)), action="kept")
+            executed = run_tasks(executor, tasks, report)
+            if (stop := executed.interruption) is not None:
+                raise StudyInterrupted(stop.run_name, stop.signal, stop.step, ended=stop.ended)
+            seconds |= {name: round(share, 2) for name, share in executed.seconds.items()}
+            stored = kept | executed.runs
+            runs = {name: stored[name] for name in plan}  # in the specs' order
+            rows = [_row(name, run.status, seconds, plan[name]) for name, run in runs.items()]
+            elapsed = lambda: time.perf_counter() - start  # noqa: E731
+            try:
+                return self._conclude(
+                    out, preset, runs, rows, elapsed, run_reports, frozenset(kept)
+                )
+            except KeyboardInterrupt as err:
+                raise AnalysisInterrupted from err
 
     def _plan(
         self, preset: str, out: Path, seed: int, device: str | None, fresh: bool
