@@ -26,7 +26,7 @@ _FINAL_STATUSES = ("finished", "diverged", "interrupted", "failed")
 
 
 def show(
-    run_dir: Annotated[Path, typer.Argument(help="run directory")],
+    run_dir: Annotated[Path, typer.Argument(help="run or study directory")],
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="keep the table live until the run ends")
     ] = False,
@@ -35,17 +35,25 @@ def show(
         float | None, typer.Option(help="stop following after this many seconds")
     ] = None,
 ) -> None:
-    """Summary table of a run: status and the last value of every scalar.
+    """Summary table of a run: status and the last value of every scalar; of a study: each
+    run's state, step, loss and ETA.
 
     With --follow, the table is re-read every --interval seconds until the run's status is
-    final (finished, diverged, interrupted), --timeout passes, or Ctrl-C.
+    final (finished, diverged, interrupted) or the study ends, --timeout passes, or Ctrl-C.
     """
     import time
 
     from rich.live import Live
 
+    from dynascope.store import STUDY_FILE
+
     if interval <= 0:
         fail(f"--interval: must be > 0 (got {interval})")
+    if (run_dir / STUDY_FILE).is_file():
+        from ._study_view import show_study
+
+        show_study(run_dir, follow, interval, timeout)
+        return
     r = _read_run(run_dir)
     if not follow:
         console.print(_run_table(r))

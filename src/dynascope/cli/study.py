@@ -26,6 +26,7 @@ from ._common import (
     refuse_unusable_dir,
     smoke_note,
 )
+from ._study_view import study_progress_bar
 from .study_docs import print_suite
 
 
@@ -199,26 +200,33 @@ def _run_one_study(name, preset, out, seed, executor, device, fresh, progress) -
     if (out / METRICS_FILE).exists():
         fail(f"--out: {str(out)!r} is a run directory; choose a study directory")
 
+    # on a terminal, one bar for the study (with a bar per running run) instead of the runs' own
+    overall_bar = progress and console.is_terminal
+    bars = contextlib.ExitStack()
+
     def on_start() -> None:  # only once the directory is checked: a refusal is the only output
         console.print(f"[bold]{name}[/] ({preset}, {executor.name}) -> {out}")
+        if overall_bar:
+            bars.enter_context(study_progress_bar(out))
 
     def on_run(run_name: str, status: str, seconds: float, action: str) -> None:
         took = "" if math.isnan(seconds) else f" in {seconds:.1f} s"
         print_line(f"  run {run_name}: {status}{took} ({action})")
 
     try:
-        outcome = study.run(
-            preset=preset,
-            out=out,
-            seed=seed,
-            progress=progress and sys.stderr.isatty(),
-            on_run=on_run,
-            on_start=on_start,
-            executor=executor,
-            device=device,
-            fresh=fresh,
-            run_reports=True,
-        )
+        with bars:
+            outcome = study.run(
+                preset=preset,
+                out=out,
+                seed=seed,
+                progress=progress and not overall_bar and sys.stderr.isatty(),
+                on_run=on_run,
+                on_start=on_start,
+                executor=executor,
+                device=device,
+                fresh=fresh,
+                run_reports=True,
+            )
     except (ValueError, RunLockedError) as err:
         message = str(err)
         fail("--" + message if message.startswith("out: ") else message)  # the option's name
