@@ -28,6 +28,11 @@ from .delta import delta_qk_factors as delta_qk_factors
 from .delta import delta_qk_singular_values as delta_qk_singular_values
 from .delta import normalized_spectrum as normalized_spectrum
 from .delta import snapshot_views as snapshot_views
+from .esd import PowerLawFit as PowerLawFit
+from .esd import esd_eigenvalues as esd_eigenvalues
+from .esd import esd_matrices as esd_matrices
+from .esd import fit_power_law as fit_power_law
+from .esd import weight_esd as weight_esd
 from .fisher import NFKEmbedding as NFKEmbedding
 from .fisher import conditional_score as conditional_score
 from .fisher import diagonal_fisher as diagonal_fisher
