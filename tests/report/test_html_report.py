@@ -165,3 +165,20 @@ def test_every_run_link_resolves_after_a_fresh_rerun_that_stops(stub, tmp_path):
             assert (tmp_path / link).is_file(), link
     study.run(preset="smoke", out=tmp_path, fresh=True)  # no run reports: no links
     assert check_self_contained(tmp_path / "report.html").links == []
+
+
+def test_wide_tables_scroll_in_their_own_box_and_names_may_break(tmp_path):
+    """A 20-column table (as ``dynascope inspect`` writes, or a study's 14-column verdict table)
+    sits in a box that scrolls sideways (``overflow-x:auto``) instead of running off the page;
+    header names break after ``_``; a cell over 60 characters gets a paragraph's width."""
+    from dynascope.report.html import write_table_report
+
+    row = {f"qk_metric_{i}": 0.5 + i for i in range(19)} | {"detail": "word " * 20}
+    path = write_table_report(tmp_path / "t.html", "wide", [], [("Per head", [row, row])])
+    checker = check_self_contained(path)
+    page = path.read_text()
+    assert ".table{overflow-x:auto;" in page
+    assert page.count("<div class=table><table>") == page.count("<table>") == 1
+    assert "<th>qk_<wbr>metric_<wbr>0</th>" in page
+    assert page.count("<td class='long'>") == 2 and page.count("<td>") == 2 * 19
+    assert "18.5" in checker.text  # the last numeric column, 0.5 + 18

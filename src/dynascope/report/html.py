@@ -12,16 +12,21 @@ from typing import Any
 
 __all__ = ["render_page", "write_run_report", "write_study_report", "write_table_report"]
 
+# A table box may reach past the text column into the page's right margin (50% + 50vw is the
+# distance from the column's left edge to the window's right edge) and scrolls sideways beyond.
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;
 padding:0 1em;color:#222}
 h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em}
-table{border-collapse:collapse;margin:.5em 0;font-size:.9em}
-td,th{border:1px solid #ddd;padding:.3em .6em;text-align:left;vertical-align:top}
+.table{overflow-x:auto;width:max-content;max-width:calc(50% + 50vw - 2em);margin:.5em 0}
+table{border-collapse:collapse;font-size:.9em}
+td,th{border:1px solid #ddd;padding:.3em .6em;text-align:left;vertical-align:top;min-width:3em}
+td.long{min-width:16em}
 th{background:#f5f5f5}.pass{color:#1a7f37;font-weight:600}.fail{color:#cf222e;font-weight:600}
 figure{display:inline-block;margin:.5em;text-align:center;max-width:100%}figure img{max-width:100%}
 figcaption{font-size:.8em;color:#555}.muted{color:#666;font-size:.9em}
-.warn{color:#9a6700;font-weight:600}pre{background:#f6f8fa;padding:.5em;font-size:.8em}
+.warn{color:#9a6700;font-weight:600}
+pre{background:#f6f8fa;padding:.5em;font-size:.8em;overflow-x:auto}
 summary{cursor:pointer}
 """
 
@@ -34,26 +39,46 @@ def _fmt(value: Any) -> str:
     return html.escape(str(value))
 
 
+_LONG_CELL = 60  # characters: a cell this long gets a paragraph's width, not a word's
+
+
+def _th(name: str) -> str:
+    """A header cell whose name may break after ``_`` or ``.`` (``qk_effective_rank``), so a
+    table of many numeric columns is as wide as its numbers, not its names."""
+    text = html.escape(name).replace("_", "_<wbr>").replace(".", ".<wbr>")
+    return f"<th>{text}</th>"
+
+
+def _td(text: str, cls: str = "") -> str:
+    """A data cell (``text`` already escaped); long text gets the ``long`` class."""
+    classes = " ".join(c for c in (cls, "long" if len(text) > _LONG_CELL else "") if c)
+    return f"<td class='{classes}'>{text}</td>" if classes else f"<td>{text}</td>"
+
+
+def _wrap(head: str, body: list[str]) -> str:
+    """A table in a box that scrolls sideways when the table is wider than the page."""
+    return f"<div class=table><table><tr>{head}</tr>{''.join(body)}</table></div>"
+
+
 def _table(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "<p class=muted>(none)</p>"
     columns = list(rows[0])
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    head = "".join(_th(c) for c in columns)
     body = []
     for row in rows:
         cells = []
         for c in columns:
             v = row.get(c, "")
             if c == "passed":
-                cls = "pass" if v else "fail"
-                cells.append(f"<td class={cls}>{'yes' if v else 'no'}</td>")
+                cells.append(_td("yes" if v else "no", "pass" if v else "fail"))
             elif c == "status":
                 cls = {"held": "pass", "not held": "fail"}.get(str(v), "warn")
-                cells.append(f"<td class={cls}>{html.escape(str(v))}</td>")
+                cells.append(_td(html.escape(str(v)), cls))
             else:
-                cells.append(f"<td>{_fmt(v)}</td>")
+                cells.append(_td(_fmt(v)))
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+    return _wrap(head, body)
 
 
 def _figures(paths: Iterable[Path]) -> str:
@@ -95,15 +120,15 @@ def _runs_table(runs: list[dict[str, Any]], out: Path) -> str:
     if not runs:
         return "<p class=muted>(none)</p>"
     columns = [c for c in runs[0] if c not in ("name", "status")]
-    head = "<th>run</th><th>status</th>" + "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    head = "<th>run</th><th>status</th>" + "".join(_th(c) for c in columns)
     body = []
     for row in runs:
         name = html.escape(str(row["name"]))
         if (out / "runs" / str(row["name"]) / "report.html").is_file():
             name = f"<a href='runs/{name}/report.html'>{name}</a>"
-        cells = "".join(f"<td>{_fmt(row.get(c, ''))}</td>" for c in columns)
+        cells = "".join(_td(_fmt(row.get(c, ""))) for c in columns)
         body.append(f"<tr><td>{name}</td>{_status_cell(row['status'])}{cells}</tr>")
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+    return _wrap(head, body)
 
 
 def _configs(configs: dict[str, Any]) -> str:
