@@ -10,9 +10,6 @@ rounding where a logger stores float32).
 from __future__ import annotations
 
 import glob
-import json
-import struct
-from pathlib import Path
 
 import pytest
 import torch
@@ -180,12 +177,6 @@ def test_lightning_callback_marks_a_failed_run(tmp_path):
 
 
 # -- MLflow --------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def mlflow_uri(tmp_path_factory):
-    """One SQLite tracking store for the module (creating its tables takes ~10 s)."""
-    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
-
-
 def _transformer_record_source(tmp_path, sink):
     torch.manual_seed(0)
     model = ds.nn.Transformer(n_layers=2, d_model=12, n_heads=3, d_vocab=11, d_out=11, n_ctx=7)
@@ -237,35 +228,9 @@ def test_mlflow_sink_status_maps_to_mlflow_run_states(mlflow_uri):
 
 
 # -- W&B -----------------------------------------------------------------------------------------
-def _wandb_records(path):
-    """Decode a W&B transaction log (``run-*.wandb``): a 7-byte header (``:W&B``, magic,
-    version), then LevelDB-log blocks of 32 KiB whose records carry a 7-byte header (crc32,
-    length, type: 1 full, 2 first, 3 middle, 4 last); each payload is a ``Record`` protobuf."""
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    data = Path(path).read_bytes()
-    assert data[:4] == b":W&B"
-    block, pos, chunks, records = 32768, 7, b"", []
-    while pos + 7 <= len(data):
-        left = block - pos % block
-        if left < 7:
-            pos += left
-            continue
-        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
-        if length == 0 and kind == 0:
-            pos += left
-            continue
-        chunks += data[pos + 7 : pos + 7 + length]
-        pos += 7 + length
-        if kind in (1, 4):
-            record = pb.Record()
-            record.ParseFromString(chunks)
-            records.append(record)
-            chunks = b""
-    return records
-
-
-def test_wandb_sink_writes_grouped_history_histograms_and_exit_code_offline(tmp_path):
+def test_wandb_sink_writes_grouped_history_histograms_and_exit_code_offline(
+    tmp_path, wandb_records, wandb_history
+):
     import wandb
 
     from dynascope.integrations.wandb import WandbSink
@@ -275,15 +240,8 @@ def test_wandb_sink_writes_grouped_history_histograms_and_exit_code_offline(tmp_
     sink.set_status(2, "finished")
     wandb.teardown()  # wandb-core writes the run's file as its stream closes: wait for that
     (path,) = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "run-*.wandb"))
-    records = _wandb_records(path)
-    history: dict[int, dict] = {}
-    for record in records:
-        if record.WhichOneof("record_type") == "history":
-            items = {
-                i.key or "/".join(i.nested_key): json.loads(i.value_json)
-                for i in record.history.item
-            }
-            history[int(items["_step"])] = items
+    records = wandb_records(path)
+    history = wandb_history(records)
     assert sorted(history) == [0, 1, 2]
     for key in ("norm.W_U", "L1.H2.qk.effective_rank"):
         written = {step: items[metric_path(key)] for step, items in history.items()}

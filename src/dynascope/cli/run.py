@@ -19,6 +19,7 @@ from ._common import (
     print_line,
     refuse_unusable_dir,
 )
+from ._log_to import LogTo, log_run_dir, log_targets
 
 
 def run(
@@ -37,6 +38,7 @@ def run(
     ] = None,
     bf16: Annotated[bool, typer.Option(help="bf16 autocast for the forward pass (CUDA)")] = False,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+    log_to: LogTo = None,
 ) -> None:
     """Train one run from a YAML config into a new run directory.
 
@@ -49,6 +51,7 @@ def run(
     from dynascope.studies.base import resolve_device
     from dynascope.train import load_run_config, run_members
 
+    targets = log_targets(log_to)
     created = None
     try:
         device = resolve_device(device)
@@ -74,6 +77,8 @@ def run(
         if created is not None and not any(created.iterdir()):
             created.rmdir()
         fail(str(err))
+    if os.environ.get("RANK", "0") == "0":  # torchrun: rank 0 holds the store
+        log_run_dir(targets, result.run_dir)
     _report_result(result)
 
 

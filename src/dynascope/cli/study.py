@@ -26,6 +26,7 @@ from ._common import (
     refuse_unusable_dir,
     smoke_note,
 )
+from ._log_to import LogTo, StudyLogging, log_targets
 from ._study_view import study_progress_bar
 from .study_docs import print_suite
 
@@ -119,6 +120,7 @@ def study_run(
     ] = None,
     fresh: Annotated[bool, typer.Option(help="delete the directory's runs, start over")] = False,
     progress: Annotated[bool, typer.Option(help="show progress bars")] = True,
+    log_to: LogTo = None,
 ) -> None:
     """Run a study: its runs, the analysis, verdict.json, figures and report.html.
 
@@ -135,6 +137,7 @@ def study_run(
             check(name, preset)
         except ValueError as err:
             fail(str(err))
+    targets = log_targets(log_to)
 
     from dynascope import studies
     from dynascope.executors import make_executor
@@ -152,7 +155,7 @@ def study_run(
         fail(f"--seed: must be in [0, 2**32) (got {seed})")
     if not all_:
         target = out or Path("runs") / f"{name}-{preset}"
-        _run_one_study(name, preset, target, seed, runner, device, fresh, progress)
+        _run_one_study(name, preset, target, seed, runner, device, fresh, progress, targets)
         return
     suite_dir = out or Path("runs")
     refuse_unusable_dir(suite_dir)
@@ -166,7 +169,9 @@ def study_run(
         for study_name in selected:
             target = suite_dir / f"{study_name}-{preset}"
             try:
-                _run_one_study(study_name, preset, target, seed, runner, device, fresh, progress)
+                _run_one_study(
+                    study_name, preset, target, seed, runner, device, fresh, progress, targets
+                )
             except typer.Exit as stop:
                 if stop.exit_code in EXIT_SIGNAL.values():
                     raise
@@ -184,7 +189,7 @@ def study_run(
         fail(f"studies that could not run: {', '.join(failed)}", code=1)
 
 
-def _run_one_study(name, preset, out, seed, executor, device, fresh, progress) -> None:
+def _run_one_study(name, preset, out, seed, executor, device, fresh, progress, log_to) -> None:
     from dynascope import studies
     from dynascope.store import (
         FIGURES_DIR,
@@ -204,14 +209,18 @@ def _run_one_study(name, preset, out, seed, executor, device, fresh, progress) -
     overall_bar = progress and console.is_terminal
     bars = contextlib.ExitStack()
 
+    logs = StudyLogging(log_to, study, preset, seed, out)  # --log-to (cli/_log_to.py)
+
     def on_start() -> None:  # only once the directory is checked: a refusal is the only output
         console.print(f"[bold]{name}[/] ({preset}, {executor.name}) -> {out}")
+        logs.start()
         if overall_bar:
             bars.enter_context(study_progress_bar(out))
 
     def on_run(run_name: str, status: str, seconds: float, action: str) -> None:
         took = "" if math.isnan(seconds) else f" in {seconds:.1f} s"
         print_line(f"  run {run_name}: {status}{took} ({action})")
+        logs.run(run_name)
 
     try:
         with bars:
@@ -227,6 +236,7 @@ def _run_one_study(name, preset, out, seed, executor, device, fresh, progress) -
                 fresh=fresh,
                 run_reports=True,
             )
+        logs.finish(outcome)
     except (ValueError, RunLockedError) as err:
         message = str(err)
         fail("--" + message if message.startswith("out: ") else message)  # the option's name
@@ -241,6 +251,8 @@ def _run_one_study(name, preset, out, seed, executor, device, fresh, progress) -
             "(finished runs are kept)"
         )
         raise typer.Exit(EXIT_SIGNAL["SIGINT"]) from None
+    finally:
+        logs.close()  # a study that did not finish: its MLflow parent run ends as KILLED
     print_verdicts(outcome)
     smoke_note(outcome.preset)
     print_line(f"wrote {out / VERDICT_FILE}, {out / REPORT_FILE}, {out / FIGURES_DIR}/")

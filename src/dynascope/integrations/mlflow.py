@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -71,6 +71,7 @@ class MLflowSink:
         experiment: experiment name (created if missing).
         run_name: the MLflow run's name; ``None`` lets MLflow choose one.
         config: logged as the run's parameters (flattened with dots, values as strings).
+        tags: the run's tags (``{"mlflow.parentRunId": id}`` nests it under another run).
     Raises:
         ImportError: if ``mlflow`` is not installed.
     """
@@ -82,6 +83,7 @@ class MLflowSink:
         experiment: str = "dynascope",
         run_name: str | None = None,
         config: dict[str, Any] | None = None,
+        tags: dict[str, str] | None = None,
     ) -> None:
         try:
             from mlflow.entities import Metric, Param
@@ -98,7 +100,10 @@ class MLflowSink:
             experiment_id = (
                 found.experiment_id if found else self.client.create_experiment(experiment)
             )
-            self.run_id: str = self.client.create_run(experiment_id, run_name=run_name).info.run_id
+            self.experiment_id: str = experiment_id
+            self.run_id: str = self.client.create_run(
+                experiment_id, run_name=run_name, tags=tags
+            ).info.run_id
             if config:
                 params = [Param(k, v) for k, v in _flatten(config).items()]
                 for i in range(0, len(params), 100):  # MLflow's limit of params per call
@@ -107,11 +112,26 @@ class MLflowSink:
 
     def log(self, step: int, values: dict[str, Tensor | float]) -> None:
         """Log the one-element values as metrics at ``step`` (grouped names)."""
+        self.log_many([(step, values)])
+
+    def log_many(self, records: Iterable[tuple[int, dict[str, Tensor | float]]]) -> None:
+        """Log several ``(step, values)`` records in batches of 1000 metrics (a stored run's
+        history in a few calls rather than one per step)."""
         now = int(time.time() * 1000)
-        metrics = [self._Metric(k, v, now, step) for k, v in grouped_scalars(values).items()]
+        metrics = [
+            self._Metric(k, v, now, step)
+            for step, values in records
+            for k, v in grouped_scalars(values).items()
+        ]
         with _quiet_store():
             for i in range(0, len(metrics), _BATCH):
                 self.client.log_batch(self.run_id, metrics=metrics[i : i + _BATCH])
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        """Set the run's tags (values cut to MLflow's limit of 5000 characters)."""
+        with _quiet_store():
+            for name, value in tags.items():
+                self.client.set_tag(self.run_id, name, value[:5000])
 
     def set_status(self, step: int, status: str) -> None:
         """End the run for ``finished``/``diverged``/``failed``/``interrupted``; ``running``
