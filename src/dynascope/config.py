@@ -309,7 +309,13 @@ class TrainConfig(_Config):
     eval_every: _Int = Field(250, ge=1)
     eval_batches: _Int = Field(4, ge=1)
     checkpoint_every: _Int = Field(1000, ge=1)
-    keep_checkpoints: _Int = Field(2, ge=1)
+    keep_checkpoints: _Int = Field(2, ge=1, description="latest checkpoints kept (for resume)")
+    checkpoint_history: Literal["log", "none"] = Field(
+        "log", description="log: also keep checkpoints at step 0 and every power of two"
+    )
+    checkpoint_budget_mb: _Float | None = Field(
+        1024.0, ge=0, description="MiB the history may take per run directory; None: no limit"
+    )
     threads: _Int | None = Field(
         1, ge=1, description="torch intra-op threads (None: torch's default); see dynascope.train"
     )

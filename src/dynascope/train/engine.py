@@ -20,6 +20,8 @@ is trained, through a ``build(streams) -> Parts`` function, and **how long**, th
   on);
 - checkpoints of everything that changes (model, optimizer, every RNG, the data and step
   generators, probe state, the custom step's own state, the loss window) and exact resume;
+  the latest ones and a history at step 0 and every power of two, under a disk budget
+  (:mod:`dynascope.train._checkpoints`);
 - the run lock, SIGINT/SIGTERM (the step finishes, a checkpoint is written, status
   ``interrupted``), the progress bar, and data parallelism under ``torchrun`` (lone runs).
 
@@ -56,7 +58,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -67,6 +69,7 @@ from dynascope.config import ConfigError
 from dynascope.monitor import EveryN, Monitor, Schedule
 from dynascope.store import RunStore
 
+from ._checkpoints import MIB, is_history_step, kept_steps
 from ._runtime import (
     StopSignals,
     global_rng_state,
@@ -109,8 +112,14 @@ class Loop(BaseModel):
     probe_every: int | None = Field(
         None, ge=1, description="steps between probes when no probe schedule is given"
     )
-    checkpoint_every: int = Field(1000, ge=1)
-    keep_checkpoints: int = Field(2, ge=1)
+    checkpoint_every: int = Field(1000, ge=1, description="steps between checkpoints")
+    keep_checkpoints: int = Field(2, ge=1, description="latest checkpoints kept (for resume)")
+    checkpoint_history: Literal["log", "none"] = Field(
+        "log", description="log: also keep checkpoints at step 0 and every power of two"
+    )
+    checkpoint_budget_mb: float | None = Field(
+        1024.0, ge=0, description="MiB the history may take per run directory; None: no limit"
+    )
     grad_clip: float | None = Field(None, gt=0, description="max global grad norm per member")
     schedule: LRSchedule = LRSchedule()
     threads: int | None = Field(1, ge=1, description="torch intra-op threads; None: leave")
@@ -375,8 +384,8 @@ class Engine:
     def _start(self, resume: bool) -> int:
         """Load the last common checkpoint (``resume``) or start fresh; returns the step."""
         start = 0
-        steps = [{step for step, _ in s.store.checkpoints()} for s in self.states]
-        common = set.intersection(*steps) if resume else set()
+        steps = [{step for step, _ in s.store.checkpoints() if step > 0} for s in self.states]
+        common = set.intersection(*steps) if resume else set()  # step 0: a fresh start
         if common:
             start = max(common)
             states = [
@@ -397,6 +406,9 @@ class Engine:
             else:
                 s.store.truncate_after(-1)
                 s.store.write_config(s.member.config)
+                if self.dist.is_writer:  # a run started over: its old checkpoints go too
+                    for _, old in s.store.checkpoints():
+                        old.unlink(missing_ok=True)
             s.store.set_status(start, "running")
         return start
 
@@ -421,6 +433,8 @@ class Engine:
             for s, batch in zip(self.states, probe_batches, strict=True):
                 s.monitor.step(0, batch)
                 self._evaluate(s, 0)
+            if loop.checkpoint_history == "log":
+                self._checkpoint(0, history=True)
         elif start == loop.steps:
             self._sync()
             for s in self.states:
@@ -471,6 +485,8 @@ class Engine:
                 signal_name = stop.signal or "SIGTERM"  # another rank's signal
                 if step % loop.checkpoint_every == 0 or step == loop.steps or stopped:
                     self._checkpoint(step)
+                elif loop.checkpoint_history == "log" and is_history_step(step):
+                    self._checkpoint(step, history=True)
                 if stopped and step < loop.steps:
                     for s in self._active():
                         s.store.event(step, "interrupted", signal_name)
@@ -609,12 +625,18 @@ class Engine:
             self.stack.unstack()
 
     # -- checkpoints --------------------------------------------------------------------------
-    def _checkpoint(self, step: int) -> None:
+    def _checkpoint(self, step: int, *, history: bool = False) -> None:
+        """Write every running member's checkpoint at ``step``, then prune (:mod:`._checkpoints`).
+
+        A history-only checkpoint (``history``) changes nothing in the run: a member whose
+        weights are not finite is skipped, not stopped (that is left to the steps that look).
+        """
         self._sync()
-        for s in self._active():
-            bad = self._non_finite(s)  # never checkpoint non-finite weights
-            if bad is not None:
-                self._diverged(s, step, bad)
+        bad = {i: self._non_finite(s) for i, s in enumerate(self.states) if s.status == "running"}
+        if not history:
+            for i, what in bad.items():  # never checkpoint non-finite weights
+                if what is not None:
+                    self._diverged(self.states[i], step, what)
         rng = global_rng_state()
         for i, s in enumerate(self.states):
             if s.status != "running":
@@ -637,11 +659,33 @@ class Engine:
                 **({"ranks": ranks} if self.dist.enabled else {}),
             }
             written = s.store.checkpoints() and s.store.checkpoints()[-1][0] == step
-            if self.dist.is_writer and not written:
+            if self.dist.is_writer and not written and bad[i] is None:
                 s.store.save_checkpoint(step, state)
-                for _, old in s.store.checkpoints()[: -self.loop.keep_checkpoints]:
-                    old.unlink(missing_ok=True)
+                self._prune(s, step)
         self.dist.barrier()  # no rank reads a checkpoint before rank 0 has written it
+
+    def _prune(self, s: _MemberState, step: int) -> None:
+        """Remove the checkpoints that are neither among the latest nor kept history."""
+        loop = self.loop
+        found = {at: path for at, path in s.store.checkpoints()}
+        budget = loop.checkpoint_budget_mb
+        kept = kept_steps(
+            [(at, path.stat().st_size) for at, path in found.items()],
+            keep_last=loop.keep_checkpoints,
+            history=loop.checkpoint_history == "log",
+            budget_bytes=None if budget is None else budget * MIB,
+        )
+        for at, path in found.items():
+            if at in kept:
+                continue
+            path.unlink(missing_ok=True)
+            if loop.checkpoint_history == "log" and is_history_step(at):
+                s.store.event(
+                    step,
+                    "checkpoint_budget",
+                    f"removed history checkpoint {path.name}: the history would exceed "
+                    f"checkpoint_budget_mb={budget:g}",
+                )
 
     def _optimizer_state(self, i: int) -> dict | None:
         if self.optimizer is None:

@@ -44,6 +44,8 @@ def loop_of(config: RunConfig) -> Loop:
         eval_every=train.eval_every,
         checkpoint_every=train.checkpoint_every,
         keep_checkpoints=train.keep_checkpoints,
+        checkpoint_history=train.checkpoint_history,
+        checkpoint_budget_mb=train.checkpoint_budget_mb,
         grad_clip=opt.grad_clip,
         schedule=LRSchedule(kind=opt.lr_schedule, warmup_steps=opt.warmup_steps),
         threads=train.threads,
