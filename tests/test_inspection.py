@@ -397,3 +397,59 @@ def test_the_docs_page_snippet_runs_as_written(capsys):
     exec(compile(snippet, "docs/inspect.md", "exec"), {})
     printed = capsys.readouterr().out
     assert "qk_effective_rank" in printed and "attention_entropy" in printed
+
+
+# -- the per-matrix ESD table (dynascope.inspect_layers, dynascope inspect) ------------------
+def test_inspect_layers_is_weight_esd_of_every_matrix(tmp_path: Path):
+    """Oracle: ``weight_esd`` on the loaded model (the same computation: exact equality), and
+    the model's own parameter list (every matrix of two or more dims, attention's fused
+    ``c_attn``/``c_proj`` replaced by W_Q, W_K, W_V, W_O)."""
+    from dynascope.probes import weight_esd
+
+    for step, seed in ((10, 1), (2, 0)):
+        randomize(gpt2(), seed).save_pretrained(tmp_path / f"checkpoint-{step}")
+    one = ds.inspect_layers(tmp_path / "checkpoint-2")
+    ((_, loaded),) = load_checkpoints(tmp_path / "checkpoint-2")
+    pd.testing.assert_frame_equal(one, weight_esd(loaded))
+    matrices = [n for n, p in loaded.named_parameters() if p.ndim >= 2 and ".attn." not in n]
+    attention = [f"transformer.h.{i}.attn.{f}" for i in (0, 1) for f in ("W_Q", "W_K", "W_V")]
+    attention += [f"transformer.h.{i}.attn.W_O" for i in (0, 1)]
+    assert sorted(one["name"]) == sorted(matrices + attention)
+    fitted = one[one["reason"] == ""]
+    assert len(fitted) >= 12 and (fitted["alpha"] > 1).all()
+    assert fitted["ks_distance"].between(0, 1).all()
+    series = ds.inspect_layers(tmp_path)
+    assert list(series["step"].unique()) == [2, 10]
+    last = series[series["step"] == 2].drop(columns="step").reset_index(drop=True)
+    pd.testing.assert_frame_equal(last, one)
+
+
+def test_cli_inspect_prints_and_writes_alpha_and_ks_of_every_matrix(tmp_path: Path):
+    gpt2().save_pretrained(tmp_path / "ckpt")
+    out = tmp_path / "report"
+    result = runner.invoke(app, ["inspect", str(tmp_path / "ckpt"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    expected = ds.inspect_layers(tmp_path / "ckpt")
+    for row in expected.itertuples(index=False):  # one printed line per matrix
+        line = next(s for s in result.stdout.splitlines() if f" {row.name} " in s)
+        cells = [c.strip() for c in line.split("│")[1:-1]]
+        assert cells[:5] == [
+            row.name,
+            "x".join(map(str, row.shape)),
+            f"{row.alpha:.3g}",
+            f"{row.ks_distance:.3g}",
+            str(row.n_tail),
+        ], line
+    written = pd.read_csv(out / "layers.csv", keep_default_na=False, na_values=[""])
+    for column in ("alpha", "x_min", "ks_distance"):
+        assert_close(
+            torch.tensor(written[column].to_numpy(dtype=float)),
+            torch.tensor(expected[column].to_numpy(dtype=float)),
+            rtol=1e-12, atol=0, equal_nan=True,
+        )  # fmt: skip
+    assert "ESD tail (power law)" in (out / "inspect.html").read_text()
+    bare = runner.invoke(
+        app, ["inspect", str(tmp_path / "ckpt"), "--no-esd", "--out", str(tmp_path / "b")]
+    )
+    assert bare.exit_code == 0 and "ESD" not in bare.stdout
+    assert not (tmp_path / "b" / "layers.csv").exists()

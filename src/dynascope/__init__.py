@@ -30,6 +30,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "RunConfig": (".config", "RunConfig"),
     "load_config": (".config", "load_config"),
     "inspect": (".inspection", "inspect"),
+    "inspect_layers": (".inspection", "inspect_layers"),
     "EveryN": (".monitor", "EveryN"),
     "LogSchedule": (".monitor", "LogSchedule"),
     "Monitor": (".monitor", "Monitor"),
@@ -52,6 +53,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from .config import RunConfig as RunConfig
     from .config import load_config as load_config
     from .inspection import inspect as inspect
+    from .inspection import inspect_layers as inspect_layers
     from .monitor import EveryN as EveryN
     from .monitor import LogSchedule as LogSchedule
     from .monitor import Monitor as Monitor

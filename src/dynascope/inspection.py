@@ -16,6 +16,10 @@ computed by the instruments a Monitor would run (nothing is re-implemented here)
     W_Q_norm ... W_O_norm  per layer: Frobenius norm of all heads' W_Q (W_K, W_V, W_O)
         (:func:`dynascope.probes.norms.frobenius_norms`), repeated on the layer's rows
 
+``dynascope.inspect_layers(model)`` gives the per-matrix table beside it: one row per weight
+matrix (attention W_Q, W_K, W_V, W_O and every other matrix), the heavy-tail fit of its ESD
+(:func:`dynascope.probes.weight_esd`: alpha, x_min, KS distance, n_tail).
+
 ``model`` is a module of any architecture :mod:`dynascope.adapters` reads (dynascope,
 ``torch.nn.MultiheadAttention``, Hugging Face GPT-2 / Llama-style, TransformerLens
 ``HookedTransformer``) or a path that :func:`load_checkpoints` reads (a local Hugging Face
@@ -36,6 +40,7 @@ from torch import Tensor, nn
 
 from dynascope.adapters import AttentionView, attention_views, capture_patterns
 from dynascope.probes.attention import attention_entropy
+from dynascope.probes.esd import MIN_TAIL, weight_esd
 from dynascope.probes.norms import frobenius_norms
 from dynascope.probes.spectral import (
     effective_rank,
@@ -49,7 +54,7 @@ from dynascope.probes.spectral import (
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["inspect", "load_checkpoints", "model_limits"]
+__all__ = ["inspect", "inspect_layers", "load_checkpoints", "model_limits"]
 
 SPECTRAL_METRICS = (
     "effective_rank",
@@ -194,6 +199,50 @@ def inspect(
     for step, loaded in checkpoints:
         rows += [{"step": step, **row} for row in _inspect_model(loaded, x, rel_tol)]
     return pd.DataFrame(rows)
+
+
+def inspect_layers(
+    model: nn.Module | str | os.PathLike[str], *, min_tail: int = MIN_TAIL
+) -> pd.DataFrame:
+    """Heavy-tail fit of every weight matrix's ESD: a DataFrame, one row per matrix.
+
+    The per-layer companion of :func:`inspect` (WeightWatcher's table):
+    :func:`dynascope.probes.weight_esd` on the model, or on each checkpoint of a path.
+
+    Example::
+
+        layers = ds.inspect_layers("path/to/checkpoint")
+        layers[["name", "shape", "alpha", "ks_distance", "n_tail"]]
+
+    Args:
+        model: an ``nn.Module`` of any architecture (attention layers that
+            :mod:`dynascope.adapters` reads give W_Q, W_K, W_V, W_O; every other parameter
+            with two or more dims is one matrix), or a path read by :func:`load_checkpoints`.
+        min_tail: fewest eigenvalues in a fitted tail, ``>= 2``.
+    Returns:
+        ``pandas.DataFrame`` with columns ``[step,]`` then
+        :data:`dynascope.probes.esd.ESD_COLUMNS` (``name, shape, n_eigenvalues, rank,
+        lambda_max, alpha, alpha_stderr, x_min, ks_distance, n_tail, reason``); ``step`` only
+        for a series of checkpoints. ``alpha`` is NaN, with the ``reason``, where no tail can
+        be fitted (a zero, tiny or orthogonal matrix).
+    Raises:
+        ValueError: if a matrix holds NaN or inf (the message names it), ``min_tail < 2``;
+            the path errors of :func:`load_checkpoints`.
+    References:
+        Martin & Mahoney (2021), "Implicit self-regularization in deep neural networks", JMLR
+        22(165); Clauset, Shalizi & Newman (2009), SIAM Review 51(4).
+    """
+    import pandas as pd
+
+    if isinstance(model, nn.Module):
+        return weight_esd(model, min_tail=min_tail)
+    checkpoints = load_checkpoints(model)
+    if len(checkpoints) == 1 and checkpoints[0][0] is None:
+        return weight_esd(checkpoints[0][1], min_tail=min_tail)
+    frames = [weight_esd(loaded, min_tail=min_tail) for _, loaded in checkpoints]
+    for (step, _), frame in zip(checkpoints, frames, strict=True):
+        frame.insert(0, "step", step)
+    return pd.concat(frames, ignore_index=True)
 
 
 # -- reading models from disk ---------------------------------------------------------------

@@ -141,12 +141,17 @@ def inspect(
         int | None, typer.Option(help="N random token ids (seed 0) as the input instead")
     ] = None,
     out: Annotated[
-        Path | None, typer.Option(help="write inspect.csv, figures/ and inspect.html here")
+        Path | None,
+        typer.Option(help="write inspect.csv, layers.csv, figures/ and inspect.html here"),
     ] = None,
+    esd: Annotated[
+        bool, typer.Option(help="fit the heavy tail of every weight matrix's ESD (per layer)")
+    ] = True,
 ) -> None:
-    """Analyse a model's attention heads: W_QK/W_OV ranks and norms, attention entropy."""
+    """Analyse a model's attention heads (W_QK/W_OV ranks and norms, attention entropy) and the
+    ESD tail (alpha, KS distance) of every weight matrix."""
     from dynascope.inspection import inspect as inspect_model
-    from dynascope.inspection import load_checkpoints
+    from dynascope.inspection import inspect_layers, load_checkpoints
 
     if text is not None and tokens is not None:
         fail("--text, --tokens: give one of them, not both")
@@ -160,24 +165,32 @@ def inspect(
     try:
         checkpoints = load_checkpoints(path)
         x = _inspect_inputs(path, checkpoints[-1][1], text, tokens)
-        frames = []
+        frames, layer_frames = [], []
         for step, model in checkpoints:
             frame = inspect_model(model, x)
+            layer_frame = inspect_layers(model) if esd else None
             if step is not None:
                 frame.insert(0, "step", step)
+                if layer_frame is not None:
+                    layer_frame.insert(0, "step", step)
             frames.append(frame)
+            layer_frames.append(layer_frame)
     except ValueError as err:
         fail(str(err))
     import pandas as pd
 
     frame = pd.concat(frames, ignore_index=True)
+    layers = pd.concat(layer_frames, ignore_index=True) if esd else None
     _print_inspect_summary(frame, path)
+    if layers is not None:
+        _print_esd_table(layers, path)
     if out is not None:
         from dynascope.report.inspect import write_inspect_report
         from dynascope.store import FIGURES_DIR
 
-        csv, page, _ = write_inspect_report(frame, out, f"dynascope inspect: {path}")
-        print_line(f"wrote {csv}, {page}, {out / FIGURES_DIR}/")
+        csv, page, _ = write_inspect_report(frame, out, f"dynascope inspect: {path}", layers)
+        wrote = f"{csv}, {out / 'layers.csv'}, " if layers is not None else f"{csv}, "
+        print_line(f"wrote {wrote}{page}, {out / FIGURES_DIR}/")
 
 
 def _inspect_inputs(path: Path, model, text: Path | None, tokens: int | None):
@@ -231,4 +244,20 @@ def _print_inspect_summary(frame, path: Path) -> None:
         table.add_row(
             *(str(int(v)) if k in keys else f"{v:.4g}" for k, v in zip(keys + columns, row))
         )
+    print_table(table)
+
+
+def _print_esd_table(layers, path: Path) -> None:
+    """Per weight matrix: the ESD tail fit (the last checkpoint's, for a series)."""
+    last = layers[layers["step"] == layers["step"].max()] if "step" in layers.columns else layers
+    step = f", step {int(last['step'].iloc[0])}" if "step" in layers.columns else ""
+    table = Table(title=f"{path}: ESD tail per weight matrix{step} (power law, Clauset et al.)")
+    columns = ["name", "shape", "alpha", "ks_distance", "n_tail"]
+    has_reason = bool(last["reason"].astype(bool).any())
+    for column in columns + (["reason"] if has_reason else []):
+        table.add_column(column, justify="left" if column in ("name", "reason") else "right")
+    for row in last.itertuples(index=False):
+        cells = [row.name, "x".join(map(str, row.shape)), f"{row.alpha:.3g}"]
+        cells += [f"{row.ks_distance:.3g}", str(row.n_tail)]
+        table.add_row(*cells, *([row.reason] if has_reason else []))
     print_table(table)

@@ -80,9 +80,13 @@ def inspect_figures(frame: pd.DataFrame, figures_dir: str | os.PathLike[str]) ->
 
 
 def write_inspect_report(
-    frame: pd.DataFrame, out: str | os.PathLike[str], title: str
+    frame: pd.DataFrame,
+    out: str | os.PathLike[str],
+    title: str,
+    layers: pd.DataFrame | None = None,
 ) -> tuple[Path, Path, list[Path]]:
-    """Write ``inspect.csv``, the figures and ``inspect.html`` (self-contained) under ``out``.
+    """Write ``inspect.csv``, the figures and ``inspect.html`` (self-contained) under ``out``;
+    with ``layers`` (:func:`dynascope.inspect_layers`), ``layers.csv`` and its table too.
 
     Returns:
         ``(csv path, html path, figure paths)``.
@@ -98,5 +102,8 @@ def write_inspect_report(
         ("Per layer (mean over heads)", per_layer.to_dict("records")),
         ("Per head", frame.to_dict("records")),
     ]
+    if layers is not None:
+        layers.to_csv(out / "layers.csv", index=False)
+        sections.append(("Per weight matrix: ESD tail (power law)", layers.to_dict("records")))
     page = write_table_report(out / "inspect.html", title, figures, sections)
     return csv, page, figures
