@@ -88,6 +88,11 @@ def print_table(table: Table, max_width: int | None = None) -> None:
 
 _STATUS_STYLE = {"held": "[green]held[/]", "not held": "[red]not held[/]"}
 
+AMENDED_LEGEND = (
+    "† amended: the study's protocol logs a change to this claim (the Amendments section of "
+    "its docs page)"
+)
+
 
 def status_markup(status: str | None) -> str:
     """A verdict status as Rich markup: held green, not held red, anything else yellow."""
@@ -118,7 +123,9 @@ def print_verdicts(outcome) -> None:
             interval_cell(data),
             control_cell(data),
         )
-    console.print(table)
+    print_table(table)
+    if any(v.amended for v in outcome.claims):
+        print_line(AMENDED_LEGEND, soft_wrap=True)
     for v in outcome.claims:
         if v.reason:
             console.print(f"  {v.claim.split(':')[0]}: inconclusive: {v.reason}", markup=False)

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from dynascope.presets import PRESETS
 
-from ._common import PRESET_HELP, fail, print_line, print_table, status_markup
+from ._common import AMENDED_LEGEND, PRESET_HELP, fail, print_line, print_table, status_markup
 
 _SUITE_WRAPPING = ("claim", "interval", "control")  # the suite table's free-text columns
 
@@ -37,6 +37,8 @@ def print_suite(suite_dir: Path, names: list[str], preset: str) -> None:
             r["interval"], r["control"], seconds,
         )  # fmt: skip
     print_table(table)
+    if any("†" in r["claim"] for r in rows):
+        print_line(AMENDED_LEGEND, soft_wrap=True)
 
 
 def _check_preset(preset: str) -> None:
