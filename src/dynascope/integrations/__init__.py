@@ -12,6 +12,8 @@ Each lives in its own module so that importing :mod:`dynascope` never imports th
 - :mod:`dynascope.integrations.mlflow`: ``MLflowSink``, a local ``sqlite:`` MLflow store by
   default (extra ``mlflow``);
 - :mod:`dynascope.integrations.wandb`: ``WandbSink``, offline by default (extra ``wandb``).
+- :mod:`dynascope.integrations.log_to`: ``RunLogger``, what ``--log-to`` uses: stored runs and a
+  study's verdict forwarded to those three sinks once each run has ended.
 
 The sinks name metrics with :func:`dynascope.keys.metric_path` (``attn/L0/H3/...``). The
 callbacks call ``monitor.step``, record the trainer's own loss, learning rate and run status

@@ -65,7 +65,7 @@ from typing import Any
 __all__ = ["EXTRAS", "LOG_TARGETS", "RunLogger", "arm_of", "check_log_targets"]
 
 LOG_TARGETS = ("tensorboard", "mlflow", "wandb")
-"""The values ``--log-to`` takes, in the order they are opened."""
+"""The values ``--log-to`` takes."""
 
 EXTRAS = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb"}
 """Each target's pip extra (``pip install 'dynascope[EXTRA]'``)."""
