@@ -28,6 +28,10 @@ from .delta import delta_qk_factors as delta_qk_factors
 from .delta import delta_qk_singular_values as delta_qk_singular_values
 from .delta import normalized_spectrum as normalized_spectrum
 from .delta import snapshot_views as snapshot_views
+from .edge_of_stability import THRESHOLD_OPTIMIZERS as THRESHOLD_OPTIMIZERS
+from .edge_of_stability import StabilityThreshold as StabilityThreshold
+from .edge_of_stability import adam_preconditioner as adam_preconditioner
+from .edge_of_stability import stability_threshold as stability_threshold
 from .esd import PowerLawFit as PowerLawFit
 from .esd import esd_eigenvalues as esd_eigenvalues
 from .esd import esd_matrices as esd_matrices
@@ -44,6 +48,11 @@ from .fisher import nfk_features as nfk_features
 from .fisher import nfk_gram as nfk_gram
 from .fisher import nfk_transform as nfk_transform
 from .fisher import principal_angle_cosines as principal_angle_cosines
+from .hessian_density import HessianDensity as HessianDensity
+from .hessian_density import SpectralQuadrature as SpectralQuadrature
+from .hessian_density import hessian_density as hessian_density
+from .hessian_density import hessian_quadrature as hessian_quadrature
+from .hessian_density import spectral_density as spectral_density
 from .kernels import NTKDrift as NTKDrift
 from .kernels import analytic_ntk_relu as analytic_ntk_relu
 from .kernels import centered_kernel_alignment as centered_kernel_alignment
@@ -106,6 +115,7 @@ from .sharpness import HessianEigen as HessianEigen
 from .sharpness import Sharpness as Sharpness
 from .sharpness import hessian_top_eigenvalues as hessian_top_eigenvalues
 from .sharpness import hessian_trace as hessian_trace
+from .sharpness import preconditioned_sharpness as preconditioned_sharpness
 from .slingshot import SlingshotCycle as SlingshotCycle
 from .slingshot import detect_slingshots as detect_slingshots
 from .slingshot import grok_step as grok_step

@@ -1,5 +1,7 @@
-"""Private helpers of :mod:`dynascope.probes.sharpness`: Hessian-vector products by double
-backward, flat vectors over a parameter dict, and Gram-Schmidt against a basis.
+"""Private helpers of :mod:`dynascope.probes.sharpness` and
+:mod:`dynascope.probes.hessian_density`: Hessian-vector products by double backward, flat
+vectors over a parameter dict, Gram-Schmidt against a basis, and a diagonal change of
+coordinates (preconditioned Hessians).
 
 Glossary:
     params:  ``dict[str, Tensor]``, one floating dtype and device; P = total entries.
@@ -10,14 +12,30 @@ Glossary:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-__all__ = ["LossFn", "check_params", "flatten_init", "hvp_operator", "orthogonalize", "unflatten"]
+__all__ = [
+    "LossFn",
+    "check_int",
+    "check_params",
+    "flatten_init",
+    "hvp_operator",
+    "orthogonalize",
+    "precondition",
+    "unflatten",
+]
 
 LossFn = Callable[[dict[str, Tensor]], Tensor]
+
+
+def check_int(name: str, value: Any, low: int) -> None:
+    """ValueError naming ``name`` unless ``value`` is an integer (not a bool) >= ``low``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low} (got {name}={value!r})")
 
 
 def check_params(params: dict[str, Tensor]) -> tuple[torch.dtype, torch.device]:
@@ -131,3 +149,28 @@ def orthogonalize(w: Tensor, Q: Tensor) -> Tensor:
     for _ in range(2):
         w = w - (Q @ w) @ Q
     return w
+
+
+def precondition(
+    loss_fn: LossFn, params: dict[str, Tensor], diag: dict[str, Tensor]
+) -> tuple[LossFn, dict[str, Tensor]]:
+    """``(δ ↦ loss_fn(θ + S δ), zeros)`` with ``S = diag^{-1/2}``: its Hessian at δ = 0 is
+    ``S H S``, whose spectrum is that of ``diag⁻¹ H``. ValueError if ``diag`` lacks a key of
+    ``params``, has another shape, or an entry that is not finite and > 0."""
+    scale = {}
+    for name, p in params.items():
+        d = diag.get(name)
+        if d is None or tuple(d.shape) != tuple(p.shape):
+            got = None if d is None else list(d.shape)
+            raise ValueError(
+                f"preconditioner[{name!r}] must have shape {list(p.shape)} (got {got})"
+            )
+        if not bool((torch.isfinite(d) & (d > 0)).all()):
+            raise ValueError(f"preconditioner[{name!r}] must be finite and > 0 everywhere")
+        scale[name] = d.detach().to(dtype=p.dtype, device=p.device).rsqrt()
+    theta = {name: p.detach() for name, p in params.items()}
+
+    def rescaled(delta: dict[str, Tensor]) -> Tensor:
+        return loss_fn({name: theta[name] + scale[name] * delta[name] for name in theta})
+
+    return rescaled, {name: torch.zeros_like(p) for name, p in theta.items()}

@@ -46,27 +46,37 @@ References:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.func import functional_call
 
 from dynascope.probes._hessian_ops import (
     LossFn,
+    check_int,
     check_params,
     flatten_init,
     hvp_operator,
     orthogonalize,
+    precondition,
     unflatten,
 )
-from dynascope.probes.base import Probe, ProbeContext, register_probe
+from dynascope.probes._hessian_probe import BatchLoss, HessianProbe
+from dynascope.probes.base import ProbeContext, register_probe
+from dynascope.probes.edge_of_stability import (
+    THRESHOLD_OPTIMIZERS,
+    adam_preconditioner,
+    stability_threshold,
+)
 
-__all__ = ["HessianEigen", "Sharpness", "hessian_top_eigenvalues", "hessian_trace"]
-
-BatchLoss = Callable[[Tensor, dict[str, Tensor]], Tensor]
+__all__ = [
+    "HessianEigen",
+    "Sharpness",
+    "hessian_top_eigenvalues",
+    "hessian_trace",
+    "preconditioned_sharpness",
+]
 
 _WARM_MIX = 0.1
 """Weight of the fresh random vector in a warm-started Lanczos start vector (see ``init``)."""
@@ -91,11 +101,6 @@ class HessianEigen(NamedTuple):
     iterations: int
 
 
-def _check_int(name: str, value: Any, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low} (got {name}={value!r})")
-
-
 def hessian_top_eigenvalues(
     loss_fn: LossFn,
     params: dict[str, Tensor],
@@ -105,6 +110,7 @@ def hessian_top_eigenvalues(
     tol: float = 1e-5,
     seed: int = 0,
     init: dict[str, Tensor] | None = None,
+    preconditioner: dict[str, Tensor] | None = None,
 ) -> HessianEigen:
     """The ``k`` largest (algebraic) eigenvalues of the loss Hessian, by block Lanczos.
 
@@ -136,6 +142,11 @@ def hessian_top_eigenvalues(
         init: warm start, name -> ``[j, *shape]`` (e.g. ``HessianEigen.vectors`` of an earlier
             call) or ``[*shape]``, ``j <= k``. Start vector i is row i plus a random unit vector
             of weight 0.1 (so no eigendirection is missed); rows ``j..k-1`` are random.
+        preconditioner: name -> a positive diagonal ``D`` shaped like ``params[name]`` (e.g.
+            Adam's, :func:`~dynascope.probes.adam_preconditioner`): then the eigenvalues are
+            those of ``D⁻¹H``, taken as those of the symmetric ``S H S``, ``S = D^{-1/2}`` (the
+            Hessian of ``δ ↦ loss_fn(θ + S δ)`` at δ = 0); ``vectors`` and ``init`` are
+            eigenvectors ``y`` of ``S H S`` (``S y`` is the right eigenvector of ``D⁻¹H``).
     Returns:
         :class:`HessianEigen` ``(values [k], vectors, residuals [k], iterations)``, values in
         the params' dtype, descending.
@@ -144,14 +155,18 @@ def hessian_top_eigenvalues(
             ``iters`` or ``tol`` is out of range (``k > P``, ``iters < k``, ``tol < 0``); if
             ``loss_fn`` returns no scalar or a non-finite loss; if a Hessian-vector product is
             not finite; if ``init`` does not match ``params`` (keys, shapes, ``j <= k``) or is
-            not finite.
+            not finite; if ``preconditioner`` lacks a key, has another shape or an entry that is
+            not finite and > 0.
     References:
         Golub & Van Loan, "Matrix Computations" (4th ed.), §10.1 and §10.3.6 (block Lanczos);
-        Cohen et al. (2021), arXiv 2103.00065, §3 (largest algebraic eigenvalue as sharpness).
+        Cohen et al. (2021), arXiv 2103.00065, §3 (largest algebraic eigenvalue as sharpness);
+        Cohen et al. (2022), arXiv 2207.14484, §2 (preconditioned sharpness λ_max(P⁻¹H)).
     """
     dtype, device = check_params(params)
-    _check_int("k", k, 1)
-    _check_int("iters", iters, k)
+    if preconditioner is not None:
+        loss_fn, params = precondition(loss_fn, params, preconditioner)
+    check_int("k", k, 1)
+    check_int("iters", iters, k)
     n_params = sum(p.numel() for p in params.values())
     if k > n_params:
         raise ValueError(f"k must be <= the number of parameters P={n_params} (got k={k})")
@@ -253,7 +268,7 @@ def hessian_trace(
         matrix", J. ACM 58(2) (variance of the Rademacher estimator).
     """
     dtype, device = check_params(params)
-    _check_int("n_samples", n_samples, 2)
+    check_int("n_samples", n_samples, 2)
     n_params = sum(p.numel() for p in params.values())
     generator = torch.Generator().manual_seed(seed)
     hvp, _ = hvp_operator(loss_fn, params)
@@ -267,44 +282,49 @@ def hessian_trace(
     return estimate.to(dtype=dtype, device=device), stderr.to(dtype=dtype, device=device)
 
 
-def _default_loss(output: Tensor, batch: dict[str, Tensor]) -> Tensor:
-    """Cross-entropy for integer targets, mean squared error for float ones (see Sharpness)."""
-    if "y" not in batch:
-        raise ValueError(
-            f"sharpness needs a loss: pass loss= or a batch with targets 'y' (got batch keys "
-            f"{sorted(batch)})"
-        )
-    y = batch["y"]
-    if not y.is_floating_point():
-        if y.shape == output.shape[:-1]:
-            return F.cross_entropy(output.reshape(-1, output.shape[-1]), y.reshape(-1))
-        if output.ndim == 3 and y.ndim == 1 and y.shape[0] == output.shape[0]:
-            return F.cross_entropy(output[:, -1], y)  # one answer per sequence, at the end
-    elif y.shape == output.shape:
-        return F.mse_loss(output, y)
-    raise ValueError(
-        f"sharpness: no default loss for output {list(output.shape)} and targets y "
-        f"{list(y.shape)} ({y.dtype}); pass loss=(output, batch) -> scalar"
+def preconditioned_sharpness(
+    loss_fn: LossFn,
+    params: dict[str, Tensor],
+    optimizer: torch.optim.Optimizer,
+    *,
+    iters: int = 100,
+    tol: float = 1e-5,
+    seed: int = 0,
+) -> float:
+    """λ_max(P⁻¹H), Adam's preconditioned sharpness, with P from the optimizer's state now.
+
+    ``P = diag(√v̂ + ε)``, ``v̂ = exp_avg_sq / (1 − β₂^t)`` (bias-corrected, as torch's
+    Adam/AdamW divide their step; :func:`~dynascope.probes.adam_preconditioner`). P⁻¹H has the
+    spectrum of the symmetric ``P^{-1/2} H P^{-1/2}``, whose largest eigenvalue Lanczos finds
+    (:func:`hessian_top_eigenvalues` with ``preconditioner``). Adam with β₁ is stable while it
+    is below ``(2 + 2β₁)/((1 − β₁)η)``, 38/η at β₁ = 0.9
+    (:func:`~dynascope.probes.stability_threshold`).
+
+    Args:
+        loss_fn: ``loss_fn(params) -> scalar``, as :func:`hessian_top_eigenvalues`.
+        params: name -> the optimizer's parameter tensors (the same objects), where H is taken.
+        optimizer: ``torch.optim.Adam`` or ``AdamW`` after at least one step.
+        iters, tol, seed: as :func:`hessian_top_eigenvalues`.
+    Returns:
+        λ_max(P⁻¹H), the unit of H's eigenvalues divided by P's (the gradient's) unit.
+    Raises:
+        ValueError: if the optimizer has no second-moment state (not Adam/AdamW: the message
+            names it and what is supported; or no step taken yet); if a tensor of ``params``
+            is not among its parameters; as :func:`hessian_top_eigenvalues`.
+    References:
+        Cohen et al. (2022), "Adaptive Gradient Methods at the Edge of Stability", arXiv
+        2207.14484, §2–3.
+    """
+    diag = adam_preconditioner(optimizer, params)
+    eigen = hessian_top_eigenvalues(
+        loss_fn, params, iters=iters, tol=tol, seed=seed, preconditioner=diag
     )
-
-
-class _ModelLoss(nn.Module):
-    """``forward(batch) = loss(model, batch)`` (the loss of a ``(loss, metrics)`` pair), so that
-    ``functional_call`` can swap the model's parameters (as ``model.<name>``)."""
-
-    def __init__(self, model: nn.Module, loss: Callable[[nn.Module, dict[str, Tensor]], Any]):
-        super().__init__()
-        self.model = model
-        self.loss = loss
-
-    def forward(self, batch: dict[str, Tensor]) -> Tensor:
-        out = self.loss(self.model, batch)
-        return out[0] if isinstance(out, tuple) else out
+    return float(eigen.values[0])
 
 
 @register_probe("sharpness")
-class Sharpness(Probe):
-    """Sharpness λ_max of the training loss on a held batch, against the 2/η stability edge.
+class Sharpness(HessianProbe):
+    """Sharpness λ_max of the training loss on a held batch, against the optimizer's stability edge.
 
     At each reading the probe takes the Hessian of ``loss(model(x), batch)`` with respect to
     the model's parameters (or those under ``include``), in eval mode (dropout off; modes are
@@ -313,7 +333,9 @@ class Sharpness(Probe):
     warm-start the next reading (so a resumed run measures what the uninterrupted one would).
     Full-batch gradient descent with step size η is stable on a quadratic only while
     ``λ_max < 2/η``; on neural networks λ_max rises to about 2/η and hovers there (the edge
-    of stability).
+    of stability). With momentum and with Adam the edge moves
+    (:func:`~dynascope.probes.stability_threshold`): Adam's bounds the preconditioned
+    sharpness λ_max(P⁻¹H) (Cohen et al. 2022).
 
     The loss is ``loss(output, batch)`` if given, else ``ctx.loss(model, batch)`` (the engine
     passes its training loss, the task's for a config run), else a default: cross-entropy
@@ -324,18 +346,27 @@ class Sharpness(Probe):
 
     Keys (floats): ``sharpness.lambda_max`` (λ_1), ``sharpness.lambda_{i}`` for ``i = 2..k``,
     ``sharpness.loss`` (the loss on the held batch), and with ``lr``: ``sharpness.two_over_lr``
-    (2/η) and ``sharpness.lambda_max_lr`` (λ_max·η, 2 at the edge). With ``trace_samples``:
-    ``sharpness.trace`` and ``sharpness.trace_stderr`` (Hutchinson).
+    (2/η) and ``sharpness.lambda_max_lr`` (λ_max·η, 2 at the edge of plain gradient descent).
+    With ``lr`` a float or a ``torch.optim.SGD``: ``sharpness.threshold`` (2/η; (2 + 2β)/η
+    with heavy-ball momentum β, see :func:`~dynascope.probes.stability_threshold` for
+    dampening and Nesterov) and ``sharpness.edge_ratio`` (λ_max / threshold, 1 at the edge).
+    With ``torch.optim.Adam``/``AdamW``, once every chosen parameter it updates has a second
+    moment (not before its first step): ``sharpness.preconditioned_lambda_max`` (λ_max(P⁻¹H)
+    over the parameters with Adam state, :func:`preconditioned_sharpness`),
+    ``sharpness.preconditioned_threshold`` ((2 + 2β₁)/((1 − β₁)η), 38/η at β₁ = 0.9) and
+    ``sharpness.edge_ratio`` (their ratio). With ``trace_samples``: ``sharpness.trace`` and
+    ``sharpness.trace_stderr`` (Hutchinson).
 
     Args:
         loss: ``loss(output, batch) -> scalar``, e.g. a dynascope task's ``task.loss``.
-        lr: the step size η as a float, or an optimizer whose ``param_groups`` share one
-            ``"lr"`` (read at each reading, so schedules are followed). 2/η is the threshold of
-            plain gradient descent; with heavy-ball momentum β it is (2 + 2β)/η.
+        lr: the step size η as a float, or the optimizer (its ``param_groups`` sharing one
+            ``"lr"``, read at each reading, so schedules are followed; its class and momentum
+            set the threshold).
         batch: a held batch (name -> tensor, with ``input_key``) instead of the first
             ``ctx.batch``.
         k: eigenvalues per reading (>= 1).
-        iters: most Lanczos steps per reading, as :func:`hessian_top_eigenvalues`.
+        iters: most Lanczos steps per reading, as :func:`hessian_top_eigenvalues` (the
+            preconditioned sharpness takes as many again, from a cold start).
         tol: as :func:`hessian_top_eigenvalues`.
         trace_samples: Hutchinson probes per reading (0 = no trace, else >= 2).
         include: parameter-name prefixes (e.g. ``["blocks.0."]``); ``None`` takes all.
@@ -345,10 +376,11 @@ class Sharpness(Probe):
         ValueError: (construction) if ``k``, ``iters``, ``tol``, ``trace_samples`` or ``lr``
             is out of range. (call) if no batch is held and ``ctx.batch`` is ``None`` or lacks
             ``input_key``; if ``include`` selects no parameter; if the optimizer's groups have
-            different learning rates; as :func:`hessian_top_eigenvalues`.
+            different learning rates (or momenta, betas); as :func:`hessian_top_eigenvalues`.
     References:
         Cohen et al. (2021), "Gradient Descent on Neural Networks Typically Occurs at the Edge
-        of Stability", ICLR, arXiv 2103.00065.
+        of Stability", ICLR, arXiv 2103.00065. Cohen et al. (2022), "Adaptive Gradient
+        Methods at the Edge of Stability", arXiv 2207.14484.
     """
 
     def __init__(
@@ -365,23 +397,19 @@ class Sharpness(Probe):
         input_key: str = "x",
         seed: int = 0,
     ) -> None:
-        _check_int("k", k, 1)
-        _check_int("iters", iters, k)
+        check_int("k", k, 1)
+        check_int("iters", iters, k)
         if not (isinstance(tol, int | float) and math.isfinite(tol) and tol >= 0):
             raise ValueError(f"tol must be finite and >= 0 (got tol={tol!r})")
         if trace_samples != 0:
-            _check_int("trace_samples", trace_samples, 2)
+            check_int("trace_samples", trace_samples, 2)
         if lr is not None and not isinstance(lr, torch.optim.Optimizer):
             if isinstance(lr, bool) or not isinstance(lr, int | float) or not lr > 0:
                 raise ValueError(f"lr must be a float > 0 or an optimizer (got lr={lr!r})")
-        self.loss = loss
+        super().__init__(loss=loss, batch=batch, include=include, input_key=input_key, seed=seed)
         self.lr = lr
         self.k, self.iters, self.tol = k, iters, float(tol)
         self.trace_samples = trace_samples
-        self.include = None if include is None else list(include)
-        self.input_key = input_key
-        self.seed = seed
-        self.batch = None if batch is None else {n: t.detach().clone() for n, t in batch.items()}
         self.vectors: dict[str, Tensor] | None = None
 
     def state_dict(self) -> dict[str, Any]:
@@ -405,49 +433,40 @@ class Sharpness(Probe):
             )
         return rates[0]
 
-    def _held_batch(self, ctx: ProbeContext) -> dict[str, Tensor]:
-        if self.batch is None:
-            if ctx.batch is None or self.input_key not in ctx.batch:
-                got = "no batch" if ctx.batch is None else f"batch keys {sorted(ctx.batch)}"
-                raise ValueError(
-                    "sharpness needs a batch: pass batch= when constructing it, or a batch with "
-                    f"key {self.input_key!r} to monitor.step(step, batch) (got {got})"
-                )
-            self.batch = {n: t.detach().clone() for n, t in ctx.batch.items()}
-        return self.batch
+    def _edge(
+        self, model: nn.Module, loss_fn: LossFn, chosen: dict[str, Tensor], lambda_max: float
+    ) -> dict[str, Tensor | float]:
+        """The threshold keys for a float lr, SGD, Adam or AdamW (class docstring)."""
+        lr = self.lr
+        known = not isinstance(lr, torch.optim.Optimizer) or isinstance(lr, THRESHOLD_OPTIMIZERS)
+        if lr is None or not known:
+            return {}
+        edge = stability_threshold(lr)
+        if not edge.preconditioned:
+            ratio = lambda_max / edge.value
+            return {"sharpness.threshold": edge.value, "sharpness.edge_ratio": ratio}
+        named = dict(model.named_parameters())
+        moving = {n: named[n] for n in chosen if "exp_avg_sq" in lr.state.get(named[n], {})}
+        if not moving:
+            return {}  # before Adam's first step there is no preconditioner
+        value = preconditioned_sharpness(
+            lambda sub: loss_fn({**chosen, **sub}),
+            moving,
+            lr,
+            iters=self.iters,
+            tol=self.tol,
+            seed=self.seed,
+        )
+        return {
+            "sharpness.preconditioned_lambda_max": value,
+            "sharpness.preconditioned_threshold": edge.value,
+            "sharpness.edge_ratio": value / edge.value,
+        }
 
     def measure(self, model: nn.Module, ctx: ProbeContext) -> dict[str, Tensor | float]:
         lr = self._learning_rate()
-        named = {name: p.detach() for name, p in model.named_parameters()}
-        prefixes = self.include
-        chosen = {
-            name: p
-            for name, p in named.items()
-            if prefixes is None or any(name.startswith(prefix) for prefix in prefixes)
-        }
-        if not chosen:
-            raise ValueError(f"include selects no parameter of the model (got {prefixes})")
-        frozen = {name: p for name, p in named.items() if name not in chosen}
-        buffers = dict(model.named_buffers())
+        loss_fn, chosen = self.loss_closure(model, ctx)
         device = next(iter(chosen.values())).device
-        batch = {n: t.to(device) for n, t in self._held_batch(ctx).items()}
-        if self.loss is None and ctx.loss is not None:  # the engine's loss(model, batch)
-            wrapper = _ModelLoss(model, ctx.loss)
-            state = {f"model.{name}": t for name, t in {**frozen, **buffers}.items()}
-
-            def loss_fn(params: dict[str, Tensor]) -> Tensor:
-                named = {f"model.{name}": p for name, p in params.items()}
-                return functional_call(wrapper, {**state, **named}, (batch,))
-
-        else:
-            loss_of = self.loss or _default_loss
-
-            def loss_fn(params: dict[str, Tensor]) -> Tensor:
-                state = {**frozen, **buffers, **params}
-                output = functional_call(model, state, (batch[self.input_key],))
-                return loss_of(output, batch)
-
-        model.eval()
         init = self.vectors
         if init is not None:
             init = {name: v.to(device) for name, v in init.items()}
@@ -466,6 +485,7 @@ class Sharpness(Probe):
         if lr is not None:
             out["sharpness.two_over_lr"] = 2.0 / lr
             out["sharpness.lambda_max_lr"] = float(values[0]) * lr
+        out.update(self._edge(model, loss_fn, chosen, float(values[0])))
         if self.trace_samples:
             trace, stderr = hessian_trace(
                 loss_fn, chosen, n_samples=self.trace_samples, seed=self.seed
