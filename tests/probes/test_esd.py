@@ -283,3 +283,17 @@ def test_dynascope_transformer_every_matrix_once():
     parameters = {n for n, p in model.named_parameters() if p.ndim >= 2}
     assert set(table["name"]) == parameters  # dynascope stores W_Q ... under these names
     assert isinstance(table, pd.DataFrame) and table["name"].is_unique
+
+
+def test_the_docs_page_esd_snippet_runs_as_written(tmp_path, monkeypatch, capsys):
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "docs" / "inspect.md").read_text()
+    section = text.split("## Heavy-tailed spectra", 1)[1]
+    snippet = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(snippet, "docs/inspect.md", "exec"), {})
+    printed = capsys.readouterr().out
+    assert "transformer.h.0.attn.W_Q" in printed and "ks_distance" in printed
+    assert (tmp_path / "esd.png").stat().st_size > 10_000
