@@ -277,20 +277,24 @@ def esd_matrices(model: nn.Module) -> dict[str, Tensor]:
         fields = [getattr(view, f) for f in ("W_Q", "W_K", "W_V", "W_O")]
         owner.update({id(t): view for t in (*owned, *fields)})
     matrices: dict[str, Tensor] = {}
-    done: set[str] = set()
+
+    def add_attention(view: AttentionView) -> None:  # once per layer, at its first parameter
+        if f"{view.name}.W_Q".lstrip(".") not in matrices:
+            for field in ("W_Q", "W_K", "W_V", "W_O"):
+                matrices[f"{view.name}.{field}".lstrip(".")] = _heads_matrix(view, field)
+
     for name, param in model.named_parameters():
-        view = owner.get(id(param))
-        if view is not None:
-            if view.name not in done:
-                done.add(view.name)
-                for field in ("W_Q", "W_K", "W_V", "W_O"):
-                    matrices[f"{view.name}.{field}".lstrip(".")] = _heads_matrix(view, field)
+        if id(param) in owner:
+            add_attention(owner[id(param)])
         elif param.ndim >= 2:
             matrices[name] = param.detach().reshape(param.shape[0], -1)
+    for view in views:  # a view that owns no parameter (a custom adapter without ``module``)
+        add_attention(view)
     return matrices
 
 
 def _esd_row(name: str, W: Tensor | np.ndarray, min_tail: int) -> dict[str, object]:
+    W = W if isinstance(W, Tensor) else np.asarray(W)
     if W.ndim < 2:
         raise ValueError(f"{name}: a weight matrix needs 2 or more dims (got shape {W.shape})")
     W = W.reshape(W.shape[0], -1)
