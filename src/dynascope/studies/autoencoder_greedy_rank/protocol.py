@@ -9,7 +9,7 @@ a default-init L = 8 stack. Every arm a claim reads must have learnt all 5 data 
 (σ_i(M_A) > 0.5) by the end: that is the fit bar, per arm and per seed.
 
 Proposed amendments (not made: each could flip a verdict, so each must be re-tested on
-seeds nobody has seen, as issue 28 asks):
+seeds nobody has seen):
 
 - r3 at S15's data noise 0.01 (the data's own rank_1e-2 is then 5, so a full-rank L = 0 code
   would have to come from the model, not the data). At noise 0.4 (now) r3 follows from the
@@ -151,7 +151,7 @@ PROTOCOL = Protocol(
     },
     reproduces="fast (all modes were learnt in every run at seeds 10000, 20000, 0 and 1000 "
     "under the earlier contract; ~160 s CPU at 5 seeds, estimated from 95 s at 3)",
-    registered="2026-12-07: converted to the interval contract (issue 27) after the verdicts "
+    registered="2026-12-07: converted to the interval contract after the verdicts "
     "at seeds 0 and 1000 (3 seeds each, commit 9047165's design) had been seen: r1, r2, o, r3 "
     "held at both; r4 not held at 0, held at 1000; d held at 0, inconclusive at 1000",
     amendments=(
@@ -161,7 +161,7 @@ PROTOCOL = Protocol(
             change="judged spectral prior s = 1 -> 0.5 (s = 1 became the control), fast 5k -> "
             "10k steps, learnt modes counted as σ_i(AᵀPA) > 0.5 on the data subspace, claims "
             "restated per seed (commit 90de6dc)",
-            reason="audit of issue 18: at s = 1 and init the learned-mode count was 4-5, so "
+            reason="the 2026-12-02 audit: at s = 1 and init the learned-mode count was 4-5, so "
             "init could fake it; at 5k steps one L = 8 s = 0.5 seed sat on a plateau",
             seen="seed 0 fast verdicts of the first version (commit 3219c4d): r1, r2, r3, d "
             "not held, r4 held",
@@ -196,7 +196,7 @@ PROTOCOL = Protocol(
             "L = 8 s = 1 orthogonal stack; o's control (the same runs against a random PC "
             "order, a null of the metric rather than an experiment) -> the s = 1 stacks; the "
             "L = 0 default-init run (read only by the old r4 control) dropped",
-            reason="issue 27: controls must be ablations that could hold; rates and means "
+            reason="controls must be ablations that could hold; rates and means "
             "judged by intervals",
             seen="fast verdicts at seeds 0 and 1000 of commit 9047165 (registered above)",
         ),

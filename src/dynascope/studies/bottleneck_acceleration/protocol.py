@@ -7,14 +7,14 @@ infinite-width limit), per width the all-wide net, and the bottleneck net (d = 4
 lazy twin (kernel GD with the bottleneck net's own eNTK at init, from its f_0). Every arm steps
 at ``c N / λ_max(Θ_0)`` of its own kernel, c = 0.25.
 
-Censoring (issue 27): b1's claim arm, the bottleneck nets, is read by iteration and censored at
+Censoring: b1's claim arm, the bottleneck nets, is read by iteration and censored at
 its budget: a run that never reaches the target counts budget + 1, a lower bound, which can
 only make a ``<=`` claim look worse, never hold. Its control, the lazy twin, is kernel GD on
 a fixed kernel, so its steps to the target are exact from the kernel's eigenbasis
 (``runs.kernel_gd_steps_to_target``) and never censored: claim and control no longer read
 the same budget-bound number. The detail of b1 lists the censored (seed, width) pairs.
 
-Proposed amendments (not made: each could flip a verdict; issue 28 sizes ``full``):
+Proposed amendments (not made: each could flip a verdict, and ``full`` is not sized yet):
 
 - b1 at a budget where no bottleneck run is censored (the c = 0.5 calibration put the
   max-over-width ratio at 1.2-1.8, i.e. ~6k steps at c = 0.25): ``full``.
@@ -115,7 +115,7 @@ PROTOCOL = Protocol(
     },
     reproduces="none yet: at fast b1's bottleneck runs are censored at 3k steps and b3's "
     "all-wide nets are not lazy (needs paper's widths)",
-    registered="2026-12-07: converted to the interval contract (issue 27) after the fast "
+    registered="2026-12-07: converted to the interval contract after the fast "
     "verdicts at seeds 0 and 1000 (3 seeds, c = 0.25) had been seen: b1 not held (>= 0.830 / "
     ">= 0.828, censored; lazy twin the same censored value), b2 held (1.36 / 1.35), b3 "
     "inconclusive (not lazy)",
@@ -125,7 +125,7 @@ PROTOCOL = Protocol(
             claims=("b1",),
             change="b1's reference: the finite all-wide net -> the analytic-NTK kernel GD (its "
             "infinite-width limit); control: the bottleneck's lazy twin (commit 450bd6c)",
-            reason="issue 18's audit: the all-wide nets at n = 128-256 train 2.4x faster than "
+            reason="the 2026-12-02 audit: the all-wide nets at n = 128-256 train 2.4x faster than "
             "their linearized twins (not lazy), so they are not the all-infinite network",
             seen="fast verdicts of commit d3d01b4 (2 of 3 held)",
         ),
@@ -155,7 +155,7 @@ PROTOCOL = Protocol(
             f"preconditions (final train MSE <= {FIT_MSE:g}) on every net read; b1's control, "
             "the lazy twin, read exactly from its kernel's eigenbasis instead of censored at "
             "the 3k-step budget",
-            reason="issue 27: claim and control both censored at 3k steps read the same "
+            reason="claim and control both censored at 3k steps read the same "
             "number (0.83 = 0.83); every arm read must have trained",
             seen="fast verdicts at seeds 0 and 1000 (registered above)",
         ),

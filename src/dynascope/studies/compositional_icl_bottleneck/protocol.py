@@ -13,7 +13,7 @@ and probed for its z like the claim's runs.
 Proposed amendments (not made; each would change what a verdict reads and must be re-tested
 on fresh seeds first):
 
-- issue 29: the smallest configuration (d_model, layers, steps) where both models reach ID
+- the smallest configuration (d_model, layers, steps) where both models reach ID
   R² >= 0.9 on calibration seeds; a ``full`` preset if it fits 20 minutes.
 - SYSTEMS.md S3 also asks |R²_ID(hyper) − R²_ID(vanilla)| <= 0.1 for claim 1; the per-run ID
   bar of 0.9 implies it (both in [0.9, 1]), so it is not a separate test.
@@ -102,8 +102,7 @@ PROTOCOL = Protocol(
         "three supports and the unstructured arms, 5 seeds (the paper has 3), 16,000-sequence "
         "evaluations (GPU)",
     },
-    reproduces="paper (GPU; never run); issue 29: no CPU configuration measured yet reaches "
-    "ID R² >= 0.9",
+    reproduces="paper (GPU; never run); no CPU configuration measured yet reaches ID R² >= 0.9",
     registered="2026-12-07: fixed after the earlier contract's fast verdicts at seeds 0 and "
     "1000 were seen (1 and 1b inconclusive at both: seed-mean ID R² 0.42-0.53 < 0.9; claim 1 "
     "per seed 0.013, −0.065, 0.036 and −0.145, 0.025, −0.005; 1b ≈ −0.03 per seed at both, "
@@ -118,7 +117,7 @@ PROTOCOL = Protocol(
             "0.9 for both models; controls: the ID-split gap (1), the untrained models' probe "
             "(1b); SYSTEMS.md's |ΔR²_ID| <= 0.1 part of claim 1 became the ID-gap control "
             "(commit c84f929)",
-            reason="issue 19: models that do not fit the training combinations say nothing "
+            reason="the fit audit: models that do not fit the training combinations say nothing "
             "about compositional generalization",
             seen="fast at base seed 0 (2026-12-01, 09d6eba): claim 1 −0.035, 1b −0.012, both "
             "failed",
@@ -131,7 +130,7 @@ PROTOCOL = Protocol(
             "replaced by the unstructured-training ablation; the ID bar per run (was: seed "
             "mean per model) and on the control arms; fast 1000 -> 800 steps to fit 4 × 5 runs "
             "in the budget",
-            reason="issue 27: intervals need >= 5 seeds; 1b's control cannot hold by "
+            reason="intervals need >= 5 seeds; 1b's control cannot hold by "
             "construction; every arm a claim reads must have trained",
             seen="fast at base seeds 0 and 1000 (inconclusive, see registered)",
         ),

@@ -85,7 +85,7 @@ def fast() -> CompositionalPreset:
     """Claims 1 and 1b: vanilla and hyper on Connected+ and on the unstructured split (the
     ablation) × 5 seeds, N 16, d_model 32, 4 heads, 2 layers, batch 64, 800 steps. Claim 2
     (twice the runs) is paper-only. At this scale neither model reaches the ID fit the claims
-    presuppose (issue 19 audit: ~0.6 OOD R² at 3k steps), so ``fast`` is expected to read
+    presuppose (the fit audit: ~0.6 OOD R² at 3k steps), so ``fast`` is expected to read
     ``inconclusive``; ``paper`` is the test."""
     v, h = _pair(
         FAST_STEPS,

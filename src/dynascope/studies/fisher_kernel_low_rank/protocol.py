@@ -1,6 +1,6 @@
 """The protocol of ``fisher-kernel-low-rank`` (S14): claims, statistics, thresholds,
-preconditions, ablation controls, seeds and presets, and the amendment log (issue 27;
-``shared/DESIGN.md``, Protocol).
+preconditions, ablation controls, seeds and presets, and the amendment log
+(``shared/DESIGN.md``, Protocol).
 
 Proposed amendments (not made; each would need a fresh, pre-registered test on new seeds):
 
@@ -131,12 +131,12 @@ PROTOCOL = Protocol(
         Amendment(
             date="2026-12-07",
             claims=("f1", "f2", "f3"),
-            change="issue 27 contract: 95 % Student-t intervals over 5 seeds per arm (was the "
+            change="evidence contract: 95 % Student-t intervals over 5 seeds per arm (was the "
             "mean and 2/3 of 3 seeds); f1's and f3's untrained / random / shuffled-probe "
             "controls replaced by a shuffled-label classifier at the same budget (new arm); f2 "
             "becomes an identity (implementation check; its random-directions control could "
             "not hold by construction); fit preconditions on both arms.",
-            reason="issue 27: controls that cannot fail (f2, f3) and fit preconditions on every "
+            reason="replace controls that cannot fail (f2, f3); fit preconditions on every "
             "arm a claim reads.",
             seen="the earlier contract's fast verdicts at seeds 0-2 and 1000-1002 (f1 not held, "
             "f2 held, f3 held).",

@@ -1,5 +1,5 @@
 """The protocol of ``gated-rnn-attention`` (S6): what decides each verdict, fixed before the
-evaluation seeds of this contract ran (issue 27; ``dynascope.studies.protocol``).
+evaluation seeds of this contract ran (``dynascope.studies.protocol``).
 
 g1 and g1-f32 check the implementation (the construction equals linear attention to
 rounding): kind ``identity``, no control; the leaky-accumulator construction (λ = 1 − 1e-3)
@@ -10,8 +10,8 @@ The findings' controls are ablations at the same budget, judged with the same st
 - g2, g2-falls, g4-lsa, g4-gd: the **ungated** linear RNN (:class:`.runs.UngatedLinearRNN`:
   the same diagonal recurrence, widths, init, optimizer and steps, both multiplicative gates
   removed), trained as the gated one is (``b_ungated_h{n}_s{i}``, ``c_icl_grnn_ungated_s{i}``).
-  They replace the untrained students (step 0), which could not hold by construction
-  (issue 27). The ungated RNN's output is linear in its inputs, so it cannot form the products
+  They replace the untrained students (step 0), which could not hold by construction.
+  The ungated RNN's output is linear in its inputs, so it cannot form the products
   attention needs: if it met the claim's bar, the bar would not measure the gating.
 - g3: the same student with its |λ| > 1 − δ neurons pruned instead of the mid-range ones.
 
@@ -45,8 +45,7 @@ _G4_PRE = (
 )
 _B_PRE = (
     "every gated and ungated student run finished",
-    "the ungated students trained: nmse at the last step below the step-0 nmse, per size "
-    "and seed",
+    "the ungated students trained: nmse at the last step below the step-0 nmse, per size and seed",
 )
 
 PROTOCOL = Protocol(
@@ -115,7 +114,7 @@ PROTOCOL = Protocol(
             threshold=_G2_NMSE,
             direction="<=",
             threshold_source="g2's bar: pruning may cost at most what g2 calls a small nmse "
-            "(issue 18; see the amendment of 2026-12-02)",
+            "(see the amendment of 2026-12-02)",
             preconditions=(
                 "every student run finished",
                 f"the 2·n_c student fits its teacher: nmse <= {_G2_NMSE:g} in every seed",
@@ -139,8 +138,7 @@ PROTOCOL = Protocol(
         ),
         ClaimSpec(
             id="g4-gd",
-            claim="the trained gated RNN does in-context regression as well as one GD step "
-            "with η*",
+            claim="the trained gated RNN does in-context regression as well as one GD step with η*",
             statement="the trained gated RNN implements one step of gradient descent",
             citation=f"{_CITATION}, Sec. 4.2",
             metric="per seed, MSE_GRNN / MSE_GD on the seed's fresh sequences",
@@ -182,7 +180,7 @@ PROTOCOL = Protocol(
         Amendment(
             date="2026-12-02",
             claims=("g2", "g2-falls", "g3"),
-            change="on the engine (issue 18; first in commit a559913): g3 from the ratio "
+            change="on the engine (first in commit a559913): g3 from the ratio "
             "nmse_pruned / nmse <= 1.10 to the absolute change <= 1e-2; ν_log's Adam rate "
             "from 1e-3 to nu_learning_rate(steps) = 8.7e-3; g2's 'strict fall' split into "
             "g2-falls (slope <= -0.5).",
@@ -198,8 +196,8 @@ PROTOCOL = Protocol(
             change="g1 and g1-f32 become identities (no control); the controls of g2, g2-falls, "
             "g4-lsa, g4-gd from the untrained model (step 0) to the trained ungated RNN; fit "
             "preconditions per arm and per seed (g3's was the seed mean); fast 3 -> 5 seeds; "
-            "statuses from 95 % intervals (issue 27).",
-            reason="issue 27: a control must be the cause removed and able to hold; >= 5 "
+            "statuses from 95 % intervals.",
+            reason="a control must be the cause removed and able to hold; >= 5 "
             "seeds; fit of every arm read.",
             seen="the earlier contract's fast verdicts at seeds 0 and 1000",
         ),

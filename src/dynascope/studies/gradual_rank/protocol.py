@@ -159,7 +159,7 @@ PROTOCOL = Protocol(
             claims=("t2",),
             change="switch-on: |Δ entry| > 10α → past ½ of the entry's final |Δ| (α-free), "
             "counts still read at plateau midpoints (commit 0bc79ee)",
-            reason="issue 18's audit: a stray w_V⊙w_O entry crosses 10α mid-plateau (its "
+            reason="the 2026-12-02 audit: a stray w_V⊙w_O entry crosses 10α mid-plateau (its "
             "magnitude scales like α^0.27), so the 10α count is not α-free",
             seen="the pre-engine fast seed 0: 10α reading not held (ov rises by 2), ½-final "
             "reading 0 → 1 → 2 → 3",
@@ -201,7 +201,7 @@ PROTOCOL = Protocol(
             "counting the teacher's entries (½-final first crossing), with fewer than 2 "
             "plateaus read as one stage; control: the first-to-last-drop count (≡ 3 by "
             "design) → the same reading on the α = 1 arm",
-            reason="issues 27 and 28: the across-drop reading was adopted after seeds 0-2 "
+            reason="the across-drop reading was adopted after seeds 0-2 "
             "read 1, 1, 2 under the midpoint reading; that result stands; a control must be "
             "able to hold",
             seen="every earlier verdict at seeds 0 and 1000; the midpoint reading 1, 1, 2 at "
@@ -212,7 +212,7 @@ PROTOCOL = Protocol(
             claims=("*",),
             change="fast: toy 3 → 5 seeds, ViT 3 → 5 seeds trained as one engine ensemble "
             "(float32 rounding of the ViT differs from separate runs)",
-            reason="issue 27: >= 5 seeds per arm for interval statuses",
+            reason=">= 5 seeds per arm for interval statuses",
             seen="every earlier verdict at seeds 0 and 1000",
         ),
         Amendment(
@@ -222,7 +222,7 @@ PROTOCOL = Protocol(
             "an isotropic Gaussian update (srank ≈ d_model / (4 d_head) by design) → the same "
             "ViT trained by SGD (momentum 0.9, step 0.1), 5 seeds at fast's steps, read with "
             "the same statistic; the fit precondition covers both arms",
-            reason="issue 27: a control must be able to hold; SGD for Adam removes the "
+            reason="a control must be able to hold; SGD for Adam removes the "
             "optimizer the finding names. The step was chosen on calibration seed 10000 by "
             "val accuracy alone (0.03, 0.1, 0.3 tried), before any evaluation seed ran SGD",
             seen="every earlier v1 verdict at seeds 0 and 1000 (held at both under the old "

@@ -7,7 +7,7 @@ threshold, direction and statistic live only here (``shared/DESIGN.md``, Protoco
 Proposed amendments (not made: each would change what a verdict reads; to be re-tested on
 fresh seeds before it is adopted):
 
-- none yet. Issue 29 asks for a ``full`` preset at the sample count where both kinds meet ID
+- none yet. Wanted: a ``full`` preset at the sample count where both kinds meet ID
   R² >= 0.5 on calibration seeds (the learning curves of the notes page suggest ~192k samples a
   run); it is not added here.
 """
@@ -102,18 +102,17 @@ PROTOCOL = Protocol(
             "statistic went from the seed-mean gap to the per-seed contract; a linear-twin "
             "control was added; fast became batch 128, 300 steps, no position bias (commits "
             "3fe3345, c84f929)",
-            reason="issue 19: a gap between models that do not fit the training combinations "
+            reason="the fit audit: a gap between models that do not fit the training combinations "
             "measures fitting speed, not compositional generalization",
             seen="fast at base seed 0 (2026-12-01, 09d6eba): seed-mean gap 0.052 >= 0.05 "
-            "(passed) with ID R² below 0.5; issue 19's audit: ID R² 0.14-0.28",
+            "(passed) with ID R² below 0.5; the fit audit: ID R² 0.14-0.28",
         ),
         Amendment(
             date="2026-12-07",
             claims=("s4", "s4-sraven"),
             change="5 seeds per arm at fast and paper (were 3); statuses from a 95 % interval; "
             "the fit precondition per run (was: seed mean per kind) and on the control's twins",
-            reason="issue 27: intervals need >= 5 seeds; every arm a claim reads must have "
-            "trained, per seed",
+            reason="intervals need >= 5 seeds; every arm a claim reads must have trained, per seed",
             seen="fast at base seeds 0 and 1000 (s4 inconclusive at both, see registered)",
         ),
     ),

@@ -1,5 +1,5 @@
 """The protocol of ``hyper-ut-pvr`` (S8): what decides each verdict, fixed before the evaluation
-seeds of this contract ran (issue 27; ``dynascope.studies.protocol``).
+seeds of this contract ran (``dynascope.studies.protocol``).
 
 Controls are ablations at the same budget and judged with the same statistic:
 
@@ -9,7 +9,7 @@ Controls are ablations at the same budget and judged with the same statistic:
   tracked the hop token whatever the labels.
 - u2 (the ACT models fit every trained hop count): the fixed-depth 2-layer baseline
   (``fixed_s{k}``, the baseline architecture, no adaptive depth), the same worst trained-h
-  accuracy. It replaces the untrained models (accuracy ≡ 0, issue 27).
+  accuracy. It replaces the untrained models (accuracy ≡ 0: a control that could not hold).
 - u3 (Hyper-UT generalises to the untrained h better than UT-ACT): the same standardised gap
   at the largest trained h, where an advantage in generalisation beyond the trained hops cannot
   show; it can hold if Hyper-UT simply fits better.
@@ -30,9 +30,7 @@ FIT_ACCURACY = 0.9  # S8's proposal (u2's threshold and the fit precondition of 
 U3_Z = 3.0  # u3: the gap must exceed three binomial standard errors of the difference
 
 _CITATION = "Abnar et al. (2023), arXiv 2310.08866"
-_UT_FIT = (
-    f"UT-ACT fits the trained hops: worst trained-h accuracy >= {FIT_ACCURACY} in every seed"
-)
+_UT_FIT = f"UT-ACT fits the trained hops: worst trained-h accuracy >= {FIT_ACCURACY} in every seed"
 
 PROTOCOL = Protocol(
     study="hyper-ut-pvr",
@@ -106,7 +104,7 @@ PROTOCOL = Protocol(
         Amendment(
             date="2026-12-02",
             claims=("u1", "u2", "u3"),
-            change="task and claims redesigned (issue 18A, commit 273c99f): hop-PVR with L = 5, "
+            change="task and claims redesigned (commit 273c99f): hop-PVR with L = 5, "
             "train h 1-3, eval h 1-4, tensor2tensor embedding scale; u3's threshold from "
             "'gap >= 0' to three binomial standard errors; fit preconditions on u1 and u3; "
             "claim texts rewritten (commit 80aab11).",
@@ -124,11 +122,11 @@ PROTOCOL = Protocol(
             "from untrained models to ablations; u3's metric from the gap (threshold δ = "
             "3·SE) to the gap in SE units (threshold 3), the same verdict at every eval size; "
             "the fit precondition per seed (was: 2/3 of the seeds); statuses from 95 % "
-            "intervals (issue 27).",
-            reason="issue 27: >= 5 seeds, controls that can fail, fit preconditions on every arm "
-            "per seed. The step cut keeps fast within budget; at 500 steps the fit "
-            "preconditions already failed (u2 0.42-0.46 against 0.9), so no status could flip "
-            "to held.",
+            "intervals.",
+            reason="the evidence contract: >= 5 seeds, controls that can fail, fit "
+            "preconditions on every arm per seed. The step cut keeps fast within budget; at "
+            "500 steps the fit preconditions already failed (u2 0.42-0.46 against 0.9), so no "
+            "status could flip to held.",
             seen="the earlier contract's fast verdicts at seeds 0 and 1000",
         ),
     ),

@@ -111,14 +111,14 @@ def smoke() -> HyperUTPresets:
 
 
 def fast() -> HyperUTPresets:
-    """Issue 18's task design within the CPU budget: L = 5, train h ∈ {1, 2, 3}, eval
+    """The 2026-12-02 task design within the CPU budget: L = 5, train h ∈ {1, 2, 3}, eval
     h ∈ {1..4}, S8's sizes (d_model 64, 4 heads, d_mlp 128, T = 8, 20k examples, batch 64,
     Adam 1e-3), the tensor2tensor embedding scale, 5 seeds, 300 steps, 1000 eval examples per h.
 
     Steps fixed from the measured CPU step time (one thread, L = 5: UT-ACT ~30-40 ms, Hyper-UT
     ~40-55 ms, the fixed baseline ~12 ms), not from outcomes: 5 seeds of the three models and
     u1's shuffled-label UT-ACT fit ~180 CPU-s at ~300 steps (500 steps with 3 seeds and no
-    ablation before issue 27; amendment in the protocol). The audit fit the trained hops at
+    ablation before 2026-12-07; amendment in the protocol). The audit fit the trained hops at
     ~3,000 steps, so at ``fast`` the claims that presuppose a fit read inconclusive;
     ``paper`` is the test.
     """

@@ -8,7 +8,7 @@ Proposed amendments (not made; each would change what a verdict reads and must b
 on fresh seeds first):
 
 - a ``full`` preset at the outer-step count where the fit bar (relative loss <= 0.05) is met
-  on calibration seeds (issue 29: 0.16 at 750 steps, 4-5 % at 2k, 0.44 % at 6k, measured on
+  on calibration seeds (measured: 0.16 at 750 steps, 4-5 % at 2k, 0.44 % at 6k, measured on
   evaluation seed 0, so it must be re-sized on calibration seeds).
 - a monolithic-student ablation (the same Doomed − Blessed comparison with the modular
   hypernetwork student replaced by the monolithic MLP) as a second control; it needs two more
@@ -107,7 +107,7 @@ PROTOCOL = Protocol(
             "dropped); the guard (training-loss ratio <= 2, 'undertrained') became the fit "
             "precondition (relative loss <= 0.05 per run); within-component controls added; "
             "1 -> 3 seeds; fast 2,000 -> 750 outer steps (commit 69249ed)",
-            reason="issue 19's audit: per-unit alignment cannot separate the supports by "
+            reason="the fit audit: per-unit alignment cannot separate the supports by "
             "construction (a student built to fit every Doomed task while failing across the "
             "triangles aligns as well); the h = 6 key is ill-posed (z_m in (0.5, 0.6)); 750 "
             "steps from the measured K = 6 ensemble step cost",
@@ -119,7 +119,7 @@ PROTOCOL = Protocol(
             claims=("s1", "s2"),
             change="5 seeds per arm at fast and paper (were 3); statuses from a 95 % "
             "Student-t interval",
-            reason="issue 27: intervals need >= 5 seeds",
+            reason="intervals need >= 5 seeds",
             seen="fast at base seeds 0 and 1000 (inconclusive, see registered)",
         ),
     ),

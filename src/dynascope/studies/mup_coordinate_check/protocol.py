@@ -83,7 +83,7 @@ PROTOCOL = Protocol(
             "by the mean and a 2/3-of-seeds rule; muP became c1's control and SP c2's; "
             "precondition w_max / w_min >= 8; smoke widths {64, 128} → {32, 256} (commit "
             "2205c36); thresholds 4 and 1.5 unchanged",
-            reason="the verdict contract of issue 18 (per-seed claims with a control)",
+            reason="the verdict contract of 2026-12-02 (per-seed claims with a control)",
             seen="the pre-contract fast verdicts at seed 0 (c1: logits grow 62×, c2: muP "
             "within 1.16; both held)",
         ),

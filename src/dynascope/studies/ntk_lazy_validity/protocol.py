@@ -67,8 +67,8 @@ def _claims(tag: str, centering: str) -> tuple[ClaimSpec, ClaimSpec]:
             "alpha in {8, 16, 32, 64, 128}",
             threshold=-0.9,
             direction="<=",
-            threshold_source="theory: the bound's slope -1 with 0.1 tolerance (issue 18), "
-            "fixed before the fast seeds ran",
+            threshold_source="theory: the bound's slope -1 with 0.1 tolerance (set in the "
+            "2026-12-02 audit), fixed before the fast seeds ran",
             preconditions=(_INSTRUMENT, _FIT),
             control=_UNCENTERED,
         ),
@@ -133,7 +133,7 @@ PROTOCOL = Protocol(
             "the joint-fit exponent p of alpha*(T) ~ T^p <= 1.1; the oracle claim n0 became a "
             "precondition; 1 -> 3 seeds; the eta/2 check moved to paper (commit 2266c38)",
             reason="the theorem is an upper bound: a D that falls faster than 1/alpha agrees "
-            "with it, and a two-sided flatness test fails the better-behaved model (issue 18 "
+            "with it, and a two-sided flatness test fails the better-behaved model (the 2026-12-02 "
             "audit)",
             seen="fast seed 0: antisymmetric n1 ratio 15.6 and n2 slopes 1.54-1.56 (both "
             "failed); offset n1 ratio 1.22 and n2 slopes 0.83-0.93 (held)",
@@ -143,7 +143,7 @@ PROTOCOL = Protocol(
             claims=("n1", "n1-offset"),
             change="control: the slope of sup ||alpha h(t) - alpha h(0)|| (O(1) at every alpha "
             "by design) -> the uncentered net's D slope (a new arm, 5 seeds)",
-            reason="issue 27: a control must be the cause removed and able to hold",
+            reason="a control must be the cause removed and able to hold",
             seen="every earlier verdict at seeds 0 and 1000 (all held)",
         ),
     ),

@@ -7,7 +7,7 @@ claims) and the same nets, same data and weight draw, in muP (output x n^-1/2, G
 the ablation; ``runs`` glossary). Each claim's control is its own metric's slope on the muP
 arm: the same experiment with the cause of kernel behaviour, the NTK scaling, removed.
 
-Proposed amendments (not made: they could flip a verdict; issue 28 asks for them to be fixed
+Proposed amendments (not made: they could flip a verdict, so each must be fixed
 on calibration seeds and re-tested on fresh seeds):
 
 - u2-mlp: its per-seed slopes spread widely (-0.33 to -1.19 at seeds 0-4), so the interval at
@@ -80,9 +80,9 @@ PROTOCOL = Protocol(
     "as fixed before that run), so u1/u2-attention read inconclusive at fast. Calibration "
     "seed 10000: muP control slopes -0.01 to +0.05, all not held; 244 s CPU (user) on the "
     "shared machine",
-    registered="2026-12-07: converted to the interval contract (issue 27) after the verdicts "
+    registered="2026-12-07: converted to the interval contract after the verdicts "
     "at seeds 0 and 1000 (5 seeds each) had been seen: all six held at both under the mean + "
-    "2/3-of-seeds rule, u2-mlp with 4 of 5 seeds passing (issue 27 reports 3 of 5 at a fresh "
+    "2/3-of-seeds rule, u2-mlp with 4 of 5 seeds passing (3 of 5 at a fresh "
     "seed set); calibration seed 10000 was run for the muP arm and the fit bar only",
     amendments=(
         Amendment(
@@ -91,7 +91,7 @@ PROTOCOL = Protocol(
             change="fast 3 -> 5 seeds; slopes judged per seed (mean and 2/3 of seeds) instead "
             "of the slope of the seed means; the claim's wording 'like width^-1/2' -> 'at "
             "least like width^-0.4' (threshold unchanged) (commit 623e10d)",
-            reason="issue 18's audit: 3 seeds of the MLP's u2 moved its slope from -0.41 "
+            reason="the 2026-12-02 audit: 3 seeds of the MLP's u2 moved its slope from -0.41 "
             "(seeds 0-2) to -0.75 (seeds 3-5)",
             seen="fast verdicts of commit d3d01b4 at seeds 0-2 (6 of 6 held; u2-mlp slope "
             "of seed means -0.41)",
@@ -103,7 +103,7 @@ PROTOCOL = Protocol(
             "untrained twin, O(1) by design) -> the same claim's slope on a muP arm (new runs, "
             "same data and weights); fit precondition on every run of both arms; interval "
             "status over the 5 per-seed slopes (was mean + 2/3 of seeds)",
-            reason="issue 27: a control must be an ablation that could hold",
+            reason="a control must be an ablation that could hold",
             seen="fast verdicts at seeds 0 and 1000 (registered above)",
         ),
     ),

@@ -74,9 +74,9 @@ def fast() -> NTKUniversalityPreset:
 
     S17 proposes widths up to 1024; at 1024 one attention run (4.2M weights, 7 eNTKs of 16
     examples) costs ~20 s of one core by FLOP count, so 1024 goes to ``paper`` (chosen for the
-    time budget before any verdict was seen). 5 seeds (3 before issue 18): the per-seed slopes
-    are judged by the 2/3 rule, and 3 seeds of the MLP's u2 were measured to move its slope
-    from -0.41 to -0.75.
+    time budget before any verdict was seen). 5 seeds (3 before the 2026-12-02 audit): the
+    per-seed slopes are judged by the 2/3 rule, and 3 seeds of the MLP's u2 were measured to
+    move its slope from -0.41 to -0.75.
     """
     return NTKUniversalityPreset(widths=[64, 128, 256, 512], seeds=5)
 

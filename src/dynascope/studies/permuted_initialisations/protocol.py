@@ -1,5 +1,5 @@
 """The protocol of ``permuted-initialisations`` (S7): what decides each verdict, fixed before
-the evaluation seeds of this contract ran (issue 27; ``dynascope.studies.protocol``).
+the evaluation seeds of this contract ran (``dynascope.studies.protocol``).
 
 Claims are per gated MLP architecture: p1-p3 for each of the preset's ``pair_hidden``; the
 claim id names the architecture (``p1 (MLP 64-1024-10)``), so the protocol lists every
@@ -59,8 +59,7 @@ def _claims(label: str) -> tuple[ClaimSpec, ...]:
         ClaimSpec(
             id=f"p2 ({label})",
             claim="the unpermuted init average stays near chance",
-            statement="the average of the two unpermuted random initialisations performs at "
-            "chance",
+            statement="the average of the two unpermuted random initialisations performs at chance",
             citation=f"{_CITATION}, Sec. 3, Fig. 1",
             metric="per seed pair, test accuracy of ½(θ_0(0) + θ_1(0))",
             threshold=P2_MAX_ACCURACY,
@@ -124,8 +123,9 @@ PROTOCOL = Protocol(
             date="2026-12-07",
             claims=("*",),
             change="fast: 3 -> 5 seed pairs per architecture; statuses from 95 % Student-t "
-            "intervals instead of 'the mean passes and 2 of 3 seeds pass' (issue 27).",
-            reason="issue 27: >= 5 evaluation seeds and interval statuses for every study.",
+            "intervals instead of 'the mean passes and 2 of 3 seeds pass'.",
+            reason="the evidence contract: >= 5 evaluation seeds and interval statuses for "
+            "every study.",
             seen="the earlier contract's fast verdicts at seeds 0 and 1000 (all held)",
         ),
     ),

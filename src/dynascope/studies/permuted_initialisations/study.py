@@ -176,7 +176,7 @@ def build_runs(preset: PermutedInitialisationsPreset, seed: int = 0) -> list[Run
                     match_steps=[],
                     **choice.model_dump(),
                 )
-    for k in range(preset.transformer_pairs):  # issue 20: barrier of matched transformers
+    for k in range(preset.transformer_pairs):  # barrier of matched transformers
         config = preset.transformer.model_copy(update={"seed": preset.transformer.seed + s0 + k})
         specs.append(
             RunSpec(f"transformer_recall_p{k}", config, build_transformer_pair, group="transformer")

@@ -1,5 +1,5 @@
 """Loss barrier between two transformers trained from different inits, before and after
-matching (issue 20, item 3): the ``transformer`` runs of ``permuted-initialisations``.
+matching: the ``transformer`` runs of ``permuted-initialisations``.
 
 Glossary:
     pair:       nets a and b, :class:`dynascope.nn.Transformer` built one after the other from

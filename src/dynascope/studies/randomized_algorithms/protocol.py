@@ -15,7 +15,7 @@ gives randomizing no advantage (the paper's Fig. 3C m sweep starts at m = 1).
 Proposed amendments (not made; each would change what a verdict reads and must be re-tested
 on fresh seeds first):
 
-- issue 29: a ``full`` preset whose task size and step count fit every replicate on
+- a ``full`` preset whose task size and step count fit every replicate on
   calibration seeds (at ``fast`` one replicate per base seed misses the bound: 2.923, 2.747).
 """
 
@@ -115,8 +115,8 @@ PROTOCOL = Protocol(
             "became the ratio alone (V(A^E_R) <= 1e-3 moved to the detail); per-seed "
             "judging over 3 replicates (was 1 run per arm); preconditions 'recall learned' "
             "(A^E_R only) and 'the seed is used'; controls added (commit b673584)",
-            reason="issue 19: iii passed on noise (V 1.6e-3) while recall was not learned",
-            seen="fast at base seed 0 with one run per arm (2026-12-01); issue 19's audit "
+            reason="the fit audit: iii passed on noise (V 1.6e-3) while recall was not learned",
+            seen="fast at base seed 0 with one run per arm (2026-12-01); the fit audit "
             "(A^q_R train loss 2.98)",
         ),
         Amendment(
@@ -135,7 +135,7 @@ PROTOCOL = Protocol(
             change="fast: recall N 12 -> 8, batch 128 -> 64, 2000 -> 1500 steps (warm-up "
             "200 -> 150), the C_8 colouring arm out of fast (opt-in); the bound follows "
             "(2.888 -> 2.599 nats) (commit 9b6aefa)",
-            reason="issue 19: A^q_R did not leave recall chance at N = 12; sizes chosen on "
+            reason="the fit audit: A^q_R did not leave recall chance at N = 12; sizes chosen on "
             "calibration seeds 10000-10002",
             seen="fast replicate 0 at base seed 0 at N = 12 (A^q_R 2.98, inconclusive)",
         ),
@@ -154,7 +154,7 @@ PROTOCOL = Protocol(
             "controls of i (roles swapped) and ii (A^E_R in A^q_R's place, ≡ 0 at fast) "
             "replaced by the m = 1 ablation arm; 'recall learned' per claim on every arm "
             "the claim and its control read, per run",
-            reason="issue 27: ii's control could not hold (p5 = 0 for every model at fast); "
+            reason="ii's control could not hold (p5 = 0 for every model at fast); "
             "intervals need >= 5 seeds",
             seen="fast at base seeds 0 and 1000 (inconclusive, see registered)",
         ),

@@ -174,7 +174,7 @@ def fast() -> RandomizedAlgorithmsPreset:
     """≤ 3 minutes on 2 CPU cores: recall N = 8, d_head 4, m = 8, batch 64, 1500 steps;
     4 arms (A^E_R, A^q_R, A^q_r0 and the ablation A^q_R m = 1) × 5 seeds (one K = 5 ensemble
     per arm; 3 arms × 3 seeds until 2026-12-07, protocol). No colouring arm (reported, not
-    gated; it is opt-in: :func:`fast_with_colouring`). Why N = 8 and these sizes (issue 19:
+    gated; it is opt-in: :func:`fast_with_colouring`). Why N = 8 and these sizes (the fit audit:
     recall was not learned at N = 12), the calibration seeds and the measured times: notes
     page."""
     recall = RecallRun(

@@ -1,10 +1,10 @@
 """The protocol of ``sigma-reparam-entropy`` (S12): claims, statistics, thresholds,
-preconditions, ablation controls, seeds and presets, and the amendment log (issue 27;
-``shared/DESIGN.md``, Protocol).
+preconditions, ablation controls, seeds and presets, and the amendment log
+(``shared/DESIGN.md``, Protocol).
 
 Proposed amendments (not made; each needs a fresh, pre-registered test on new seeds):
 
-- S12's 1.5k steps (issue 28) as a `full` preset, so that the control-LR baseline and σReparam
+- S12's 1.5k steps as a `full` preset, so that the control-LR baseline and σReparam
   both fit (>= 0.90) before e1/e2 are judged; fast's 150 steps cannot (calibration seeds
   10000-10001: the control-LR baseline at 0.76 / 0.87, σReparam at 0.52 / 0.42), so at fast
   every e-claim reads inconclusive through its fit precondition.
@@ -86,7 +86,7 @@ PROTOCOL = Protocol(
             preconditions=(
                 _STAR,
                 f"σReparam at LR* trains: val accuracy >= {FIT_ACCURACY:g} in every seed (an "
-                "attention that learnt nothing keeps a high entropy; issue 27)",
+                "attention that learnt nothing keeps a high entropy)",
                 _CONTROL_FITS,
             ),
             control="the baseline at LR* (σReparam removed; same init, LR and steps), its min "
@@ -182,12 +182,12 @@ PROTOCOL = Protocol(
         Amendment(
             date="2026-12-07",
             claims=("e1-collapse", "e1-instability", "e2-entropy", "e2-accuracy", "u1", "u2"),
-            change="issue 27 contract: 95 % Student-t intervals over 5 seeds per arm (was the "
+            change="evidence contract: 95 % Student-t intervals over 5 seeds per arm (was the "
             "mean and 2/3 of 3 seeds); LR* by the interval of the final entropy; fit "
             "preconditions on every arm read (σReparam >= 0.90 for e2-entropy; the control-LR "
             "baseline >= 0.90 in every seed for every e-claim; finite loss on the collapsed "
             "arm); u1 and u2 become identities (implementation checks, no control).",
-            reason="issue 27: e2-entropy held while σReparam's val accuracy was 0.10-0.25 "
+            reason="e2-entropy held while σReparam's val accuracy was 0.10-0.25 "
             "(chance 0.10): an attention that learnt nothing keeps a high entropy.",
             seen="the earlier contract's fast verdicts at seeds 0-2 and 1000-1002 (above).",
         ),

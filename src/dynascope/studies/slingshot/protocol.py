@@ -1,9 +1,9 @@
 """The protocol of ``slingshot`` (S13): claims, statistics, thresholds, preconditions, ablation
-controls, seeds and presets, and the amendment log (issue 27; ``shared/DESIGN.md``, Protocol).
+controls, seeds and presets, and the amendment log (``shared/DESIGN.md``, Protocol).
 
 Proposed amendments (not made; each needs a fresh, pre-registered test on new seeds):
 
-- fast's step budget from calibration seeds with margin (issue 28): second spikes fall at
+- fast's step budget from calibration seeds with margin: second spikes fall at
   42.9-45.4k steps and one seed in five or six misses them by 50k; a budget of ~60k would
   need a `full` preset (60k x 3 conditions x 5 seeds exceeds fast's 3 minutes).
 """
@@ -171,7 +171,7 @@ PROTOCOL = Protocol(
             change="s1 becomes a rate: the fraction of seeds with >= 2 cycles, 95 % Wilson "
             "interval, held when it lies >= 0.5 (was: the mean cycle count >= 2 and 2/3 of the "
             "seeds).",
-            reason="issue 27: 'every seed passes' made s1 a coin flip at the edge of the "
+            reason="'every seed passes' made s1 a coin flip at the edge of the "
             "budget; the claim is about how often a run cycles repeatedly.",
             seen="s1 held at seeds 0-2 and 1000-1002, not held at 10000-10002 (2, 1, 2) and "
             "4242-4244 (2, 2, 1): 10 of 12 seeds with 2 cycles.",
@@ -179,7 +179,7 @@ PROTOCOL = Protocol(
         Amendment(
             date="2026-12-07",
             claims=("s1", "s2", "s3", "f64", "g1"),
-            change="issue 27 contract: 95 % intervals over 5 seeds per arm (was 3); fit "
+            change="evidence contract: 95 % intervals over 5 seeds per arm (was 3); fit "
             "preconditions on every arm a claim reads; g1's placebo control (step 0 as the grok "
             "step, not an ablation) replaced by the larger-ε grokking run of the same seed (a "
             "new paper arm; the FCN fallback reads the ε-control FCN arm). fast keeps 50k "
@@ -187,7 +187,8 @@ PROTOCOL = Protocol(
             "a K = 5 ensemble step costs 1.4x a K = 3 one (measured on calibration seeds), so "
             "fast is expected at ~215 s on 2 idle cores, over its 3 minutes; two threads were "
             "10x slower on the loaded machine, and fewer steps would cut the second cycle.",
-            reason="issue 27 (>= 5 seeds per arm at fast, fit preconditions on every arm).",
+            reason="the evidence contract: >= 5 seeds per arm at fast, fit preconditions on "
+            "every arm.",
             seen="the earlier contract's fast verdicts at seeds 0-2, 1000-1002, 10000-10002 and "
             "4242-4244 (above).",
         ),

@@ -53,8 +53,7 @@ PROTOCOL = Protocol(
         ClaimSpec(
             id="a3",
             claim="singular values end soft-thresholded, σ_i = max(d_i − cλ, 0)",
-            statement="the nuclear-norm penalty soft-thresholds the singular values of the "
-            "product",
+            statement="the nuclear-norm penalty soft-thresholds the singular values of the product",
             citation=f"{_PAPER}, Sec. 3 (toy)",
             metric="per seed, max |σ_i − max(d_i − cλ, 0)| over modes with |d_i − cλ| >= 0.05, "
             "main and fine λ grids",
@@ -62,8 +61,9 @@ PROTOCOL = Protocol(
             direction="<=",
             threshold_source="theory: SYSTEMS.md's 1e-3; marginal modes converge sublinearly "
             "and are reported, not gated",
-            preconditions=("the λ grid crosses thresholds: some gated mode is predicted 0, "
-                           "some > 0",),
+            preconditions=(
+                "the λ grid crosses thresholds: some gated mode is predicted 0, some > 0",
+            ),
             control=_PRODUCT + ": its σ_i against the same soft-threshold predictions "
             "(a product penalty shrinks, σ_i = d_i/(1 + cλ))",
         ),
@@ -92,8 +92,7 @@ PROTOCOL = Protocol(
             claim="decaying attention less (decoupled) lowers the LM's validation loss",
             statement="decaying attention less than the rest improves perplexity",
             citation=f"{_PAPER}, Sec. 5 (language models, per-group decay)",
-            metric="per seed, val loss(uniform) − val loss(decoupled) at the last step, "
-            "nats/byte",
+            metric="per seed, val loss(uniform) − val loss(decoupled) at the last step, nats/byte",
             threshold=0.005,
             direction=">=",
             threshold_source="SYSTEMS.md proposal (0.005 nats/byte, ~0.5 % perplexity)",
@@ -146,7 +145,7 @@ PROTOCOL = Protocol(
             change="controls: the λ = 0 slice (a1 ≡ 1 and a3 by design) and c's step-0 twins "
             "(≡ 0) replaced by ablations: the product penalty (a1–a3) and decay lifted from "
             "the other matrices instead of attention (c)",
-            reason="issue 27: a control must be the cause removed and able to hold",
+            reason="a control must be the cause removed and able to hold",
             seen="every earlier verdict at seeds 0 and 1000 (all held)",
         ),
         Amendment(
@@ -154,7 +153,7 @@ PROTOCOL = Protocol(
             claims=("b-qk", "b-ov", "c"),
             change="preconditions: every arm the claim reads must fit, per seed (was: the "
             "λ_attn = 0 arm's mean accuracy, the decoupled LM's mean loss)",
-            reason="issue 27: b held while the λ_attn = 1 arm sat at accuracy ≈ 0.22",
+            reason="b held while the λ_attn = 1 arm sat at accuracy ≈ 0.22",
             seen="every earlier verdict at seeds 0 and 1000 (b-qk, b-ov held)",
         ),
     ),
