@@ -239,8 +239,11 @@ def test_probe_keys_match_its_quadrature_and_resume_from_state():
     assert float(weights.sum()) == pytest.approx(1.0, abs=1e-12)
     assert out["hessian_density.top_node"] == float(nodes.max())
     assert out["hessian_density.bottom_node"] == float(nodes.min()) < 0
-    assert out["hessian_density.negative_mass"] == pytest.approx(float(weights[nodes < 0].sum()))
-    assert 0 < out["hessian_density.negative_mass"] < 1
+    floor = 1e-3 * float(nodes.abs().max())  # zero_tol's default
+    negative, zero = out["hessian_density.negative_mass"], out["hessian_density.zero_mass"]
+    assert negative == pytest.approx(float(weights[nodes < -floor].sum()), abs=1e-15)
+    assert zero == pytest.approx(float(weights[nodes.abs() <= floor].sum()), abs=1e-15)
+    assert 0 < negative < 1 and 0 <= zero < 1 - negative
     grid, density = out["hessian_density.grid"], out["hessian_density.density"]
     assert grid.shape == density.shape == (512,)
     assert float(torch.trapezoid(density, grid)) == pytest.approx(1.0, abs=1e-12)
@@ -267,6 +270,8 @@ def test_probe_errors():
         HessianDensity(n_probes=0)
     with pytest.raises(ValueError, match=r"sigma must be a finite number > 0 or None"):
         HessianDensity(sigma=-1.0)
+    with pytest.raises(ValueError, match=r"zero_tol must be in \[0, 1\) \(got zero_tol=1\)"):
+        HessianDensity(zero_tol=1)
     model = torch.nn.Linear(3, 2)
     with pytest.raises(ValueError, match=r"hessian_density needs a batch: pass batch="):
         HessianDensity()(model, ProbeContext(step=0))

@@ -253,8 +253,12 @@ class HessianDensity(HessianProbe):
     ``include``, eval mode; the batch is kept in :meth:`state_dict`) and runs
     :func:`hessian_quadrature` (``n_probes · lanczos_steps`` Hessian-vector products).
 
-    Keys: ``hessian_density.negative_mass`` (the weight on nodes below ``−1e-6 · max|θ|``:
-    the estimated fraction of eigenvalues that are negative, beyond rounding),
+    Keys: ``hessian_density.negative_mass`` (the weight on nodes below ``−zero_tol · max|θ|``:
+    the estimated fraction of eigenvalues that are clearly negative) and
+    ``hessian_density.zero_mass`` (the weight on nodes within ``zero_tol · max|θ|`` of 0: the
+    near-null bulk, whose signs SLQ cannot resolve, since one node there stands for a whole
+    cluster of eigenvalues; on an MLP at initialization its nodes sat at −1e-4 of the top
+    eigenvalue with 73% of the weight),
     ``hessian_density.top_node`` and ``hessian_density.bottom_node`` (the extreme Ritz values:
     close to λ_max and λ_min, which Lanczos finds first), and as CPU tensors
     ``hessian_density.nodes`` and ``hessian_density.weights`` (``[N]``, the raw quadrature),
@@ -270,13 +274,14 @@ class HessianDensity(HessianProbe):
             90 steps.
         lanczos_steps: Lanczos steps per probe (>= 1): the density's resolution.
         sigma: the smoothing bandwidth in eigenvalue units; ``None``: 1% of the nodes' range.
+        zero_tol: nodes within ``zero_tol · max|θ|`` of 0 count as zero (in [0, 1)).
         include: parameter-name prefixes; ``None`` takes all.
         input_key: the batch entry passed as ``model(batch[input_key])``.
         seed: seeds the probes (the same at every reading).
     Raises:
         ValueError: (construction) if ``n_probes``, ``lanczos_steps`` or ``sigma`` is out of
-            range. (call) as :class:`Sharpness` (no batch, ``include`` selecting nothing) and
-            :func:`hessian_quadrature` (a NaN loss).
+            range, or ``zero_tol`` outside [0, 1). (call) as :class:`Sharpness` (no batch,
+            ``include`` selecting nothing) and :func:`hessian_quadrature` (a NaN loss).
     References:
         Ghorbani, Krishnan & Xiao (2019), arXiv 1901.10159.
     """
@@ -289,6 +294,7 @@ class HessianDensity(HessianProbe):
         n_probes: int = 1,
         lanczos_steps: int = 20,
         sigma: float | None = None,
+        zero_tol: float = 1e-3,
         include: Sequence[str] | None = None,
         input_key: str = "x",
         seed: int = 0,
@@ -299,8 +305,11 @@ class HessianDensity(HessianProbe):
             isinstance(sigma, int | float) and not isinstance(sigma, bool) and 0 < sigma < math.inf
         ):
             raise ValueError(f"sigma must be a finite number > 0 or None (got sigma={sigma!r})")
+        if not (isinstance(zero_tol, int | float) and 0 <= zero_tol < 1):
+            raise ValueError(f"zero_tol must be in [0, 1) (got zero_tol={zero_tol!r})")
         super().__init__(loss=loss, batch=batch, include=include, input_key=input_key, seed=seed)
         self.n_probes, self.lanczos_steps, self.sigma = n_probes, lanczos_steps, sigma
+        self.zero_tol = float(zero_tol)
 
     def measure(self, model: nn.Module, ctx: ProbeContext) -> dict[str, Tensor | float]:
         loss_fn, params = self.loss_closure(model, ctx)
@@ -313,9 +322,10 @@ class HessianDensity(HessianProbe):
         )
         nodes, weights = quadrature.nodes, quadrature.weights
         grid, density = spectral_density(nodes, weights, sigma=self.sigma)
-        floor = -1e-6 * float(nodes.abs().max())
+        floor = self.zero_tol * float(nodes.abs().max())
         return {
-            "hessian_density.negative_mass": float(weights[nodes < floor].sum()),
+            "hessian_density.negative_mass": float(weights[nodes < -floor].sum()),
+            "hessian_density.zero_mass": float(weights[nodes.abs() <= floor].sum()),
             "hessian_density.top_node": float(nodes.max()),
             "hessian_density.bottom_node": float(nodes.min()),
             "hessian_density.nodes": nodes,
