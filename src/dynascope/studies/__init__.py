@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Iterator, Mapping
 
 from dynascope.catalog import CatalogEntry
 from dynascope.presets import reproduces_clause
@@ -21,14 +22,38 @@ from .verdict import Verdict as Verdict
 from .verdict import judge as judge
 
 
+class _StudyPackages(Mapping[str, Study]):
+    """name -> :class:`Study`: one per public sub-package ``studies/<name>/`` (``-`` for ``_``
+    in the name), each package imported when its study is first read."""
+
+    def _packages(self) -> dict[str, str]:
+        return {
+            info.name.replace("_", "-"): f"{__name__}.{info.name}"
+            for info in pkgutil.iter_modules(__path__)
+            if info.ispkg and not info.name.startswith("_")
+        }
+
+    def __getitem__(self, name: str) -> Study:
+        return importlib.import_module(self._packages()[name]).STUDY
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._packages())
+
+    def __len__(self) -> int:
+        return len(self._packages())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._packages()
+
+
+def _registry() -> Mapping[str, Study]:
+    """The registry: the study packages themselves (tests substitute a dict here)."""
+    return _StudyPackages()
+
+
 def names() -> list[str]:
-    """Registered study names, sorted: the registry is the study packages themselves, every
-    public sub-package ``studies/<name>/`` (``-`` for ``_`` in the name)."""
-    return sorted(
-        info.name.replace("_", "-")
-        for info in pkgutil.iter_modules(__path__)
-        if info.ispkg and not info.name.startswith("_")
-    )
+    """Registered study names, sorted."""
+    return sorted(_registry())
 
 
 def get(name: str) -> Study:
@@ -37,10 +62,10 @@ def get(name: str) -> Study:
     Raises:
         ValueError: unknown name; the message lists the registered studies.
     """
-    registered = names()
-    if name not in registered:
-        raise ValueError(f"unknown study {name!r} (allowed: {', '.join(registered)})")
-    return importlib.import_module(f"{__name__}.{name.replace('-', '_')}").STUDY
+    registry = _registry()
+    if name not in registry:
+        raise ValueError(f"unknown study {name!r} (allowed: {', '.join(sorted(registry))})")
+    return registry[name]
 
 
 def catalog_entries() -> tuple[CatalogEntry, ...]:
