@@ -4,7 +4,8 @@ Thilak et al., "The Slingshot Mechanism", arXiv 2206.04817. Design, calibration 
 values: ``docs/studies/slingshot.md``.
 """
 
-from .analysis import DetectorConfig, analyze, run_cycles
+from .analysis import analyze
+from .measure import DetectorConfig, run_cycles
 from .runs import FcnRun, build
 from .study import FAST_STEPS, GROK_STEPS, STUDY, SlingshotPreset, build_runs
 

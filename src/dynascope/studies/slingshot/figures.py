@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dynascope.report import new_figure, save_figure
 
-if TYPE_CHECKING:
-    from .analysis import Measured
+from .measure import GROK_ACCURACY, Measured
 
-__all__ = ["GROK_ACCURACY", "grokking_figure", "run_figures"]
-
-GROK_ACCURACY = 0.95  # S13: the grok step is the first evaluation at >= this accuracy
+__all__ = ["grokking_figure", "run_figures"]
 
 
 def run_figures(measured: list[Measured], figures: Path) -> list[Path]:
