@@ -1,5 +1,5 @@
 """The suite table (``report/suite.py``): status, direction, interval, spread and control per
-claim, from ``verdict.json`` files written by the contract and by older versions (legacy rows).
+claim, from ``verdict.json`` files of judged verdicts and of legacy ones (no seeds, no control).
 
 Oracle for the intervals: t_{0.975,1} = 12.706 and t_{0.975,2} = 4.303 from the t table."""
 
@@ -11,7 +11,7 @@ import math
 from dynascope.report.suite import markdown_table, suite_rows
 from dynascope.studies.base import StudyOutcome, dump_json
 from dynascope.studies.protocol import Amendment, ClaimSpec, Protocol
-from dynascope.studies.verdict import Control, Precondition, judge
+from dynascope.studies.verdict import Control, Precondition, Verdict, judge
 
 
 def _write(path, data):
@@ -31,24 +31,10 @@ def test_rows_show_status_direction_spread_and_control(tmp_path):
     )
     outcome = StudyOutcome("new", "fast", [verdict], [], 12.0, out=tmp_path, seed=1000)
     _write(tmp_path / "new-fast", dump_json(outcome.to_json()))
-    old = {  # a verdict.json from before the contract: no status, no seeds
-        "study": "old",
-        "preset": "fast",
-        "passed": False,
-        "claims": [
-            {
-                "claim": "a1: x",
-                "metric": "m",
-                "measured": None,
-                "threshold": 0.1,
-                "passed": False,
-                "detail": "measured <= threshold; note",
-            }
-        ],  # fmt: skip
-        "runs": [],
-        "seconds": 3.0,
-    }
-    _write(tmp_path / "old-fast", json.dumps(old))
+    # a legacy verdict (built without a status: no seeds, no control), as the test stubs write it
+    old = Verdict("a1: x", "m", math.nan, 0.1, False, "measured <= threshold; note")
+    legacy_outcome = StudyOutcome("old", "fast", [old], [], 3.0, out=tmp_path, seed=0)
+    _write(tmp_path / "old-fast", dump_json(legacy_outcome.to_json()))
     rows = suite_rows(tmp_path, ["new", "old", "missing"], "fast")
     new, legacy, missing = rows
     assert new["status"] == "inconclusive"  # 2 finite seeds

@@ -26,10 +26,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-from dynascope.studies.verdict import claim_id, legacy_direction
-
 __all__ = ["claim_cell", "control_cell", "interval_cell", "markdown_table", "spread_cell",
            "suite_rows"]  # fmt: skip
+
+
+def _claim_parts(claim: str) -> tuple[str, str]:
+    """``(id, words)`` of a stored claim ``"id: the claim in words"`` (the form of
+    ``Verdict.claim``); the words are the whole text when it has no ``:``."""
+    claim_id, _, words = claim.partition(":")
+    return claim_id.strip(), words.strip() or claim
 
 
 def _number(value: Any) -> str:
@@ -40,7 +45,7 @@ def spread_cell(claim: dict[str, Any]) -> str:
     """A claim's spread over seeds as one cell: ``± std [min, max], n seeds`` (``no seeds``).
 
     ``claim`` is one entry of ``verdict.json``'s ``claims``. ``n`` counts the finite values;
-    a legacy verdict (or one stored before the contract) has none.
+    a legacy verdict has none.
     """
     if not claim.get("seeds"):
         return "no seeds"
@@ -62,10 +67,10 @@ def _interval(value: Any) -> str:
 def interval_cell(claim: dict[str, Any]) -> str:
     """A claim's 95 % interval and seed count as one cell: ``[lo, hi], n = N``.
 
-    ``claim`` is one entry of ``verdict.json``'s ``claims``; a verdict stored before interval
-    statuses has none (``no interval``).
+    ``claim`` is one entry of ``verdict.json``'s ``claims``; a legacy verdict has none (``no
+    interval``).
     """
-    if "interval" not in claim or claim.get("legacy"):
+    if claim.get("legacy"):
         return "no interval"
     return f"{_interval(claim['interval'])}, n = {claim.get('n_seeds', 0)}"
 
@@ -73,7 +78,7 @@ def interval_cell(claim: dict[str, Any]) -> str:
 def claim_cell(claim: dict[str, Any]) -> str:
     """A claim's id, with ``†`` when its protocol logs an amendment to it and ``(identity)``
     for an implementation check."""
-    cell = claim_id(claim["claim"])
+    cell = _claim_parts(claim["claim"])[0]
     if claim.get("amended"):
         cell += " †"
     if claim.get("kind") == "identity":
@@ -97,8 +102,7 @@ def suite_rows(suite_dir: Path, names: list[str], preset: str) -> list[dict[str,
     """One row per claim of each study in ``names`` (read from ``suite_dir/NAME-PRESET``).
 
     A study without a readable ``verdict.json`` gives one row with ``claim = "(not run)"``.
-    ``measured`` is ``nan`` where the verdict stored ``null`` (not measurable). A
-    ``verdict.json`` written before the verdict contract reads as legacy verdicts.
+    ``measured`` is ``nan`` where the verdict stored ``null`` (not measurable).
     """
     rows: list[dict[str, Any]] = []
     for name in names:
@@ -129,24 +133,22 @@ def suite_rows(suite_dir: Path, names: list[str], preset: str) -> list[dict[str,
             continue
         for i, claim in enumerate(info["claims"]):
             measured = claim["measured"]
-            passed = bool(claim["passed"])
             rows.append(
                 {
                     "study": name,
                     "claim": claim_cell(claim),
-                    "text": claim["claim"].partition(":")[2].strip() or claim["claim"],
-                    "status": claim.get("status") or ("held" if passed else "not held"),
+                    "text": _claim_parts(claim["claim"])[1],
+                    "status": claim["status"],
                     "measured": math.nan if measured is None else float(measured),
-                    "direction": claim.get("direction")
-                    or legacy_direction(claim.get("detail", "")),
+                    "direction": claim["direction"],
                     "threshold": float(claim["threshold"]),
                     "spread": spread_cell(claim),
                     "interval": interval_cell(claim),
                     "control": control_cell(claim),
                     "amended": bool(claim.get("amended")),
                     "kind": claim.get("kind", "finding"),
-                    "passed": passed,
-                    "legacy": bool(claim.get("legacy", "status" not in claim)),
+                    "passed": bool(claim["passed"]),
+                    "legacy": bool(claim["legacy"]),
                     "reason": claim.get("reason", ""),
                     "seconds": float(info["seconds"]) if i == 0 else math.nan,
                 }
