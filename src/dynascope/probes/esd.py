@@ -234,7 +234,8 @@ def esd_eigenvalues(W: Tensor | np.ndarray) -> np.ndarray:
     if peak == 0:
         return np.zeros(min(W.shape))
     scale = 2.0 ** math.frexp(peak)[1]  # a power of two: exact, and the SVD cannot overflow
-    s = torch.linalg.svdvals(W / scale).numpy()  # torch: its thread count, not OpenBLAS's
+    tall = W if W.shape[0] >= W.shape[1] else W.T  # LAPACK was measured 3.5x slower on wide
+    s = torch.linalg.svdvals(tall / scale).numpy()  # torch: its thread count, not OpenBLAS's
     s[s <= s.max() * max(W.shape) * eps] = 0.0
     with np.errstate(over="ignore"):
         return np.sort((s * scale) ** 2 / max(W.shape))
