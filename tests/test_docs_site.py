@@ -76,3 +76,27 @@ def test_every_relative_link_in_docs_targets_a_file_in_docs():
             if not (path.is_file() and path.is_relative_to(docs)):
                 bad.append(f"{page.relative_to(docs)}: {target}")
     assert bad == [], f"link to an existing .md page or asset inside docs/: {bad}"
+
+
+def _first_bash_block(text: str, heading: str) -> str:
+    return re.findall(r"```bash\n(.*?)```", text[text.index(heading) :], re.S)[0]
+
+
+def test_home_page_quick_start_is_the_readmes():
+    readme = (ROOT / "README.md").read_text()
+    home = (ROOT / "docs" / "index.md").read_text()
+    commands = _first_bash_block(readme, "## Set up and run")
+    assert commands.count("\n") == 2 and "dynascope study run" in commands
+    assert _first_bash_block(home, "## Quick start") == commands
+    assert re.search(r"!\[[^\]]+\]\([^)]+\.png\)", home), "the home page shows a figure"
+
+
+def test_readme_and_home_page_name_every_extra():
+    import tomllib
+
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"])  # fmt: skip
+    for page in (ROOT / "README.md", ROOT / "docs" / "index.md"):
+        named = {e for group in re.findall(r'-e "\.\[([^\]]+)\]"', page.read_text())
+                 for e in group.split(",")}  # fmt: skip
+        assert named == extras, f"{page.name}: name every extra of pyproject.toml ({named})"
