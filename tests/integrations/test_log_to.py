@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -124,49 +125,45 @@ def test_arm_is_the_run_name_without_its_seed_token(name, arm):
     assert arm_of(name) == arm
 
 
-# -- one run: TensorBoard and W&B ----------------------------------------------------------------
-def test_run_logs_to_tensorboard_and_wandb_offline(
-    tiny_config, tmp_path, monkeypatch, wandb_records, wandb_history
-):
-    import wandb
+# -- one run: TensorBoard; W&B from a hand-built store -------------------------------------------
+def test_run_logs_to_tensorboard(tiny_config, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_PROJECT", "log-to-tests")
-    monkeypatch.delenv("WANDB_DIR", raising=False)  # W&B files go to the run directory
     out = tmp_path / "run"
-    result = invoke("run", tiny_config, "--out", out, "--no-progress",
-                    "--log-to", "tensorboard", "--log-to", "wandb")  # fmt: skip
-    wandb.teardown()
+    result = invoke("run", tiny_config, "--out", out, "--no-progress", "--log-to", "tensorboard")
     assert result.exit_code == 0, result.output
-    assert f"logged {out} to TensorBoard {out / 'tensorboard'}, W&B offline" in result.stdout
+    assert f"logged {out} to TensorBoard {out / 'tensorboard'}" in result.stdout
     run = load_run(out)
     assert_tensorboard_holds(out / "tensorboard", run)
-
-    (path,) = glob.glob(str(out / "wandb" / "offline-run-*" / "run-*.wandb"))
-    records = wandb_records(path)
-    (info,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
-    assert (info.project, info.display_name, info.job_type) == ("log-to-tests", "run", "run")
-    config = {item.key: json.loads(item.value_json) for item in info.config.update}
-    assert config["model"] == run.config["model"]
-    history = wandb_history(records)
-    for tag, values in stored_scalars(run).items():
-        assert {s: h[tag] for s, h in history.items() if tag in h} == values, tag
-    (ended,) = [r for r in records if r.WhichOneof("record_type") == "exit"]
-    assert ended.exit.exit_code == 0
+    events = EventAccumulator(str(out / "tensorboard"))
+    events.Reload()
+    assert set(events.Tags()["tensors"]) == {"config/text_summary", "status/text_summary"}
 
 
-def test_the_verdict_reaches_a_wandb_summary_run_grouped_by_study(
-    tiny_config, tmp_path, monkeypatch, wandb_records
+def hand_built_run(run_dir: Path) -> None:
+    """Three steps of two keys (one NaN), a config and the status ``diverged``."""
+    from dynascope.store import RunStore
+
+    with RunStore(run_dir) as store:
+        store.write_config({"seed": 1, "model": {"d_model": 12}})
+        store.log(0, {"train.loss": 2.5, "L0.H1.qk.effective_rank": 3.0})
+        store.log(1, {"train.loss": 1.25})
+        store.log(2, {"train.loss": float("nan"), "L0.H1.qk.effective_rank": 2.0})
+        store.set_status(2, "diverged")
+
+
+@pytest.mark.slow  # W&B's service: ~5 s
+def test_wandb_groups_runs_by_study_and_arm_and_puts_the_verdict_in_a_summary_run(
+    tmp_path, monkeypatch, wandb_records, wandb_history
 ):
     from dynascope.integrations.log_to import RunLogger
 
     monkeypatch.delenv("WANDB_MODE", raising=False)  # offline by default
+    monkeypatch.setenv("WANDB_PROJECT", "log-to-tests")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wb"))
     (tmp_path / "wb").mkdir()
     out = tmp_path / "study"
-    assert (
-        invoke("run", tiny_config, "--out", out / "runs" / "toy_s1", "--no-progress").exit_code == 0
-    )
+    hand_built_run(out / "runs" / "toy_s1")
     verdict = {"status": "held", "claims": [
         {"claim": "c1: it holds", "status": "held", "measured": 0.75, "interval": [0.5, 1.0],
          "threshold": 0.25, "direction": ">="},
@@ -176,31 +173,46 @@ def test_the_verdict_reaches_a_wandb_summary_run_grouped_by_study(
     with RunLogger(["wandb"], out, study="toy", preset="smoke", seed=0, config={"n": 3}) as log:
         log.log_run(out / "runs" / "toy_s1")
         log.log_verdict(verdict)
-    by_job = {}
+    logged = {}
     for path in glob.glob(str(tmp_path / "wb" / "wandb" / "offline-run-*" / "run-*.wandb")):
         records = wandb_records(path)
         (info,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
-        summary = {
-            i.key: json.loads(i.value_json)
-            for r in records
-            if r.WhichOneof("record_type") == "summary"
-            for i in r.summary.update
-        }
-        by_job[info.job_type] = (info, summary)
-    assert sorted(by_job) == ["toy", "verdict"]  # the run's arm, and the summary run
-    run_info, verdict_info = by_job["toy"][0], by_job["verdict"][0]
-    assert run_info.run_group == verdict_info.run_group == "toy"
-    assert list(run_info.tags) == ["smoke"] and run_info.display_name == "toy_s1"
-    summary = by_job["verdict"][1]
+        logged[info.job_type] = records, info
+    assert sorted(logged) == ["toy", "verdict"]  # the run's arm, and the summary run
+
+    records, info = logged["toy"]
+    assert (info.project, info.run_group, info.display_name) == ("log-to-tests", "toy", "toy_s1")
+    assert list(info.tags) == ["smoke"]
+    config = {item.key: json.loads(item.value_json) for item in info.config.update}
+    assert (config["seed"], config["model"]) == (1, {"d_model": 12})
+    history = wandb_history(records)
+    assert {s: h["train/loss"] for s, h in history.items()} == pytest.approx(
+        {0: 2.5, 1: 1.25, 2: math.nan}, nan_ok=True
+    )
+    rank = metric_path("L0.H1.qk.effective_rank")
+    assert {s: h[rank] for s, h in history.items() if rank in h} == {0: 3.0, 2: 2.0}
+    (ended,) = [r for r in records if r.WhichOneof("record_type") == "exit"]
+    assert ended.exit.exit_code == 1  # diverged
+
+    records, info = logged["verdict"]
+    assert info.run_group == "toy" and info.display_name == "study verdict"
+    assert {i.key: json.loads(i.value_json) for i in info.config.update}["n"] == 3
+    summary = {
+        i.key: json.loads(i.value_json)
+        for r in records
+        if r.WhichOneof("record_type") == "summary"
+        for i in r.summary.update
+    }
     assert summary["verdict.status"] == "held"
     assert summary["verdict/c1/measured"] == 0.75 and summary["verdict/c1/held"] == 1
     assert (summary["verdict/c1/interval_low"], summary["verdict/c1/interval_high"]) == (0.5, 1.0)
     assert summary["verdict.c1.status"] == "held" and summary["verdict.c1.claim"] == "c1: it holds"
-    assert summary["verdict.c2.status"] == "inconclusive"
-    assert summary["verdict.c2.reason"] == "no runs"
-    assert "verdict/c2/measured" not in summary  # unmeasured: no number
-    config = {i.key: json.loads(i.value_json) for i in verdict_info.config.update}
-    assert config["n"] == 3
+    assert summary["verdict.c1.direction"] == ">= 0.25"
+    assert (summary["verdict.c2.status"], summary["verdict.c2.reason"]) == (
+        "inconclusive",
+        "no runs",
+    )
+    assert "verdict/c2/measured" not in summary and summary["verdict/c2/held"] == 0
 
 
 # -- a study: MLflow and TensorBoard -------------------------------------------------------------
@@ -256,3 +268,41 @@ def test_study_run_leaves_every_run_and_the_verdict_in_mlflow_and_tensorboard(
     for claim in verdict["claims"]:
         cid = claim["claim"].split(":")[0]
         assert summary[f"verdict/{cid}/measured"] == {0: pytest.approx(claim["measured"], rel=1e-6)}
+
+
+@pytest.mark.slow  # MLflow's client: a few seconds
+def test_mlflow_statuses_an_unfinished_study_and_a_single_run(tmp_path, monkeypatch, mlflow_uri):
+    from mlflow.tracking import MlflowClient
+
+    from dynascope.integrations.log_to import RunLogger
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_uri)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    hand_built_run(tmp_path / "stopped" / "runs" / "toy_seed1")
+    with (
+        pytest.raises(KeyboardInterrupt),
+        RunLogger(["mlflow"], tmp_path / "stopped", study="toy") as log,
+    ):
+        log.log_run(tmp_path / "stopped" / "runs" / "toy_seed1")
+        raise KeyboardInterrupt  # the study stops before its verdict
+    client = MlflowClient(tracking_uri=mlflow_uri)
+    logged = client.search_runs([client.get_experiment_by_name("toy").experiment_id])
+    by_name = {r.info.run_name: r for r in logged}
+    assert by_name["stopped"].info.status == "KILLED"  # the parent: no verdict
+    child = by_name["toy_seed1"]
+    assert child.info.status == "FAILED" and child.data.tags["status"] == "diverged"
+    assert child.data.tags["mlflow.parentRunId"] == by_name["stopped"].info.run_id
+    assert (child.data.tags["arm"], child.data.tags["seed"]) == ("toy", "1")
+    assert child.data.params == {"seed": "1", "model.d_model": "12"}
+    loss = client.get_metric_history(child.info.run_id, "train/loss")
+    assert {m.step: m.value for m in loss} == pytest.approx(
+        {0: 2.5, 1: 1.25, 2: math.nan}, nan_ok=True
+    )
+
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "log-to-single")
+    hand_built_run(tmp_path / "single")
+    with RunLogger(["mlflow"], tmp_path / "single") as log:  # `dynascope run`: no parent
+        log.log_run(tmp_path / "single")
+    (single,) = client.search_runs([client.get_experiment_by_name("log-to-single").experiment_id])
+    assert single.info.run_name == "single" and "mlflow.parentRunId" not in single.data.tags
+    assert not {"study", "arm", "preset"} & set(single.data.tags)
