@@ -64,12 +64,12 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor, nn
 
-from dynascope._ddp import DistContext, ReadOnlyStore
 from dynascope.config import ConfigError
 from dynascope.monitor import EveryN, Monitor, Schedule
 from dynascope.store import RunStore
 
 from ._checkpoints import MIB, is_history_step, kept_steps
+from ._ddp import DistContext, ReadOnlyStore
 from ._runtime import (
     StopSignals,
     global_rng_state,
