@@ -28,14 +28,22 @@ from typing import Literal
 
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call, jvp
+from torch.func import functional_call
 
 from dynascope.adapters import explicit_attention
-from dynascope.probes._kernels_analytic import kernel_gd, relu_kernels
 from dynascope.probes._kernels_entk import ModelFn, entk_jacobian, entk_jvp_vjp, quiet_functorch
 from dynascope.probes._kernels_memory import STRATEGIES, estimate, summarize
 from dynascope.probes._kernels_structured import entk_structured, structure
 from dynascope.probes.base import Probe, ProbeContext, register_probe
+
+from ._kernels_compare import _cosine
+from ._kernels_compare import centered_kernel_alignment as centered_kernel_alignment
+from ._kernels_compare import kernel_alignment as kernel_alignment
+from ._kernels_compare import ntk_relative_change as ntk_relative_change
+from ._kernels_limits import analytic_ntk_relu as analytic_ntk_relu
+from ._kernels_limits import kernel_gd_predictions as kernel_gd_predictions
+from ._kernels_limits import linearize as linearize
+from ._kernels_limits import nngp_relu as nngp_relu
 
 __all__ = [
     "NTKDrift",
@@ -287,222 +295,6 @@ def empirical_ntk_structure(
         raise ValueError("params must hold at least one tensor (got an empty dict)")
     with quiet_functorch():
         return structure(model_fn, params, x)
-
-
-def ntk_relative_change(K_t: Tensor, K_0: Tensor) -> Tensor:
-    """Relative kernel change ``||K_t - K_0||_F / ||K_0||_F`` over all entries (S17).
-
-    Args:
-        K_t: the kernel now, any shape (e.g. ``[n, n]`` or ``[n, n, d_out, d_out]``).
-        K_0: the reference kernel, same shape.
-    Returns:
-        Scalar tensor, dimensionless; NaN if either kernel has a NaN.
-    Raises:
-        ValueError: if the shapes differ or ``K_0`` is all zero.
-    """
-    if K_t.shape != K_0.shape:
-        raise ValueError(
-            f"K_t and K_0 must have the same shape (got {tuple(K_t.shape)}, {tuple(K_0.shape)})"
-        )
-    ref = torch.linalg.vector_norm(K_0)
-    if ref == 0:
-        raise ValueError("K_0 must not be all zero (its Frobenius norm is the denominator)")
-    return torch.linalg.vector_norm(K_t - K_0) / ref
-
-
-def _gram(K: Tensor, name: str) -> Tensor:
-    """A kernel as an ``[n d_out, n d_out]`` matrix (full mode) or as is (``[n, n]``)."""
-    if K.ndim == 4 and K.shape[0] == K.shape[1] and K.shape[2] == K.shape[3]:
-        n, _, d, _ = K.shape
-        return K.permute(0, 2, 1, 3).reshape(n * d, n * d)
-    if K.ndim == 2 and K.shape[0] == K.shape[1]:
-        return K
-    raise ValueError(f"{name} must be [n, n] or [n, n, d_out, d_out] (got {tuple(K.shape)})")
-
-
-def kernel_alignment(K: Tensor, y: Tensor) -> Tensor:
-    """Kernel-target alignment ``<K, y y^T>_F / (||K||_F ||y y^T||_F)`` (uncentred cosine).
-
-    Args:
-        K: ``[n, n]`` Gram (e.g. trace mode) or ``[n, n, d_out, d_out]`` (full mode).
-        y: targets ``[n]`` or ``[n, d_out]``; with an ``[n, n]`` kernel and ``[n, k]``
-            targets the target Gram is ``Y Y^T``; with a full kernel, ``vec(y) vec(y)^T``.
-    Returns:
-        Scalar in [-1, 1] (in [0, 1] for PSD K), dimensionless.
-    Raises:
-        ValueError: if the shapes do not match, or K or y is all zero.
-    References:
-        Cristianini, Shawe-Taylor, Elisseeff & Kandola (2001), "On kernel-target alignment",
-        NeurIPS, Definition 1.
-    """
-    G = _gram(K, "K")
-    y = y.reshape(y.shape[0], -1)
-    if K.ndim == 4:
-        y = y.reshape(-1, 1)
-    if y.shape[0] != G.shape[0]:
-        raise ValueError(f"y must have {G.shape[0]} rows to match K (got {y.shape[0]})")
-    T = y @ y.mT
-    return _cosine(G, T)
-
-
-def _cosine(A: Tensor, B: Tensor) -> Tensor:
-    na, nb = torch.linalg.vector_norm(A), torch.linalg.vector_norm(B)
-    if na == 0 or nb == 0:
-        raise ValueError("kernels must not be all zero (alignment is a cosine)")
-    return (A * B).sum() / (na * nb)
-
-
-def centered_kernel_alignment(K1: Tensor, K2: Tensor) -> Tensor:
-    """Centred kernel alignment ``<H K1 H, H K2 H>_F / (||H K1 H||_F ||H K2 H||_F)``.
-
-    ``H = I - 11^T / n`` centres the features; pass ``K2 = y y^T`` for target alignment.
-
-    Args:
-        K1, K2: ``[n, n]`` or ``[n, n, d_out, d_out]`` Grams of the same shape.
-    Returns:
-        Scalar in [-1, 1] (in [0, 1] for PSD kernels), dimensionless.
-    Raises:
-        ValueError: if the shapes differ, or a centred kernel is zero (e.g. a constant kernel).
-    References:
-        Cortes, Mohri & Rostamizadeh (2012), "Algorithms for Learning Kernels Based on
-        Centered Alignment", JMLR 13, Definition 1 and Lemma 1.
-    """
-    if K1.shape != K2.shape:
-        raise ValueError(
-            f"K1 and K2 must have the same shape (got {tuple(K1.shape)}, {tuple(K2.shape)})"
-        )
-    G1, G2 = _gram(K1, "K1"), _gram(K2, "K2")
-    n = G1.shape[0]
-    H = torch.eye(n, dtype=G1.dtype, device=G1.device) - 1.0 / n
-    C1, C2 = H @ G1 @ H, H @ G2 @ H
-    eps = n * torch.finfo(G1.dtype).eps  # centring a constant kernel leaves only round-off
-    for name, C, G in (("K1", C1, G1), ("K2", C2, G2)):
-        if torch.linalg.vector_norm(C) <= eps * torch.linalg.vector_norm(G):
-            raise ValueError(f"{name} centred must not be all zero (a constant kernel has no CKA)")
-    return _cosine(C1, C2)
-
-
-def nngp_relu(
-    x1: Tensor, x2: Tensor | None = None, depth: int = 1, W_std: float = 1.0, b_std: float = 0.0
-) -> Tensor:
-    """Infinite-width NNGP kernel of the NTK-parametrized ReLU MLP's output (arc-cosine).
-
-    ``Sigma^1 = sigma_w^2 x x'^T / d_in + sigma_b^2``; per hidden layer
-    ``Sigma^{l+1} = sigma_w^2 V_ReLU(Sigma^l) + sigma_b^2`` with, for ``c = Sigma_12 /
-    sqrt(Sigma_11 Sigma_22)`` clamped to ``[-1, 1]`` (NTK4A clamps to ``1 - 1e-10``, which
-    shifts the diagonal by ~2e-6 relative; no gradient is taken here) and ``theta = arccos c``,
-    ``V_ReLU(Sigma)_12 = sqrt(Sigma_11 Sigma_22) / (2 pi) (sin theta + (pi - theta) c)``.
-
-    Args:
-        x1: ``[n1, d_in]``. x2: ``[n2, d_in]`` or ``None`` (= x1).
-        depth: L >= 1 hidden ReLU layers (``d_in -> n (x L) -> 1``).
-        W_std, b_std: sigma_w > 0, sigma_b >= 0 of :class:`dynascope.nn.mlp.MLP`.
-    Returns:
-        ``Sigma^{L+1}`` ``[n1, n2]``, the covariance of the scalar output (output units^2).
-        A zero input has zero variance; its correlation is taken as 0.
-    Raises:
-        ValueError: bad shapes, ``depth < 1``, ``W_std <= 0`` or ``b_std < 0``.
-    References:
-        Cho & Saul (2009), "Kernel Methods for Deep Learning", NeurIPS (arc-cosine kernel, n=1);
-        Lee et al. (2018), "Deep Neural Networks as Gaussian Processes", ICLR, arXiv 1711.00165,
-        eq. (11); thegregyang/NTK4A ``utils.py`` (``VReLU``).
-    """
-    return relu_kernels(x1, x2, depth, W_std, b_std)[0]
-
-
-def analytic_ntk_relu(
-    x1: Tensor, x2: Tensor | None = None, depth: int = 1, W_std: float = 1.0, b_std: float = 0.0
-) -> Tensor:
-    """Infinite-width NTK of the NTK-parametrized ReLU MLP (arc-cosine recursion, S17).
-
-    ``Theta^1 = Sigma^1``; per hidden layer ``Theta^{l+1} = Sigma^{l+1} + sigma_w^2
-    V_Step(Sigma^l) * Theta^l`` with ``V_Step(Sigma)_12 = (pi - theta) / (2 pi)`` (see
-    :func:`nngp_relu`). Depth 1, sigma_b = 0: ``Theta(x, x') = |x||x'| / (2 pi d_in) (sin theta
-    + (pi - theta) cos theta) + (pi - theta) / (2 pi) x.x' / d_in``.
-
-    Args:
-        x1: ``[n1, d_in]``. x2: ``[n2, d_in]`` or ``None`` (= x1).
-        depth: L >= 1 hidden ReLU layers.
-        W_std, b_std: sigma_w > 0, sigma_b >= 0 (NTK-parametrized biases ``sigma_b * beta``).
-    Returns:
-        ``Theta`` ``[n1, n2]``, the limit of :func:`empirical_ntk` (``trace`` mode, scalar output)
-        of :class:`dynascope.nn.mlp.MLP` with ``parametrization="ntk"`` as width -> infinity.
-    Raises:
-        ValueError: bad shapes, ``depth < 1``, ``W_std <= 0`` or ``b_std < 0``.
-    References:
-        Jacot et al. (2018), arXiv 1806.07572, Theorem 1; Arora et al. (2019), "On Exact
-        Computation with an Infinitely Wide Neural Net", arXiv 1904.11955, eq. (5)-(6).
-    """
-    return relu_kernels(x1, x2, depth, W_std, b_std)[1]
-
-
-def linearize(model_fn: ModelFn, params0: dict[str, Tensor]) -> ModelFn:
-    """The linearized model ``f_lin(theta, x) = f(theta0, x) + J(theta0, x) (theta - theta0)``.
-
-    Evaluated by one ``torch.func.jvp`` per call (primal and tangent together), never by an
-    explicit Jacobian. Differentiable in ``theta`` (reverse mode through the jvp), so it trains
-    like the model: gradient descent on it is gradient descent on the linearized twin.
-
-    Args:
-        model_fn: ``model_fn(params, x) -> [n, d_out]``.
-        params0: theta0, parameter tensors by name (detached copies are kept).
-    Returns:
-        ``f_lin(params, x)`` with ``params`` holding the same names and shapes as ``params0``.
-    Raises:
-        ValueError: (call) if ``params`` does not have ``params0``'s names.
-    References:
-        Lee et al. (2019), arXiv 1902.06720, eq. (6); Chizat, Oyallon & Bach (2019), "On Lazy
-        Training in Differentiable Programming", NeurIPS, arXiv 1812.07956.
-    """
-    theta0 = {k: v.detach().clone() for k, v in params0.items()}
-
-    def f_lin(params: dict[str, Tensor], x: Tensor) -> Tensor:
-        if set(params) != set(theta0):
-            raise ValueError(
-                f"params must have the names of params0 {sorted(theta0)} (got {sorted(params)})"
-            )
-        delta = {k: params[k] - theta0[k] for k in theta0}
-        with quiet_functorch():
-            out0, tangent = jvp(lambda p: model_fn(p, x), (theta0,), (delta,))
-        return out0 + tangent
-
-    return f_lin
-
-
-def kernel_gd_predictions(
-    K_test_train: Tensor | None,
-    K_train: Tensor,
-    y: Tensor,
-    lr: float,
-    steps: int,
-    *,
-    f0_train: Tensor | None = None,
-    f0_test: Tensor | None = None,
-    loss: Literal["mean", "sum"] = "mean",
-) -> tuple[Tensor, Tensor | None]:
-    """Kernel gradient descent with a fixed kernel: the function-space twin of a network's GD.
-
-    With the mean square loss ``(1/2N) sum_i |f(x_i) - y_i|^2`` (``loss="mean"``):
-    ``f_{t+1}(X) = f_t(X) - (lr/N) Theta(X, X) (f_t(X) - y)`` and at test inputs
-    ``f_{t+1}(X') = f_t(X') - (lr/N) Theta(X', X) (f_t(X) - y)``; ``loss="sum"`` drops the 1/N.
-
-    Args:
-        K_test_train: ``[M, N]`` or ``[M, N, d_out, d_out]``, or ``None`` (train only).
-        K_train: ``[N, N]`` (applied to every output, ``Theta (x) I``) or ``[N, N, d_out, d_out]``.
-        y: targets ``[N]`` or ``[N, d_out]``.
-        lr: step size > 0. steps: number of steps >= 0.
-        f0_train: ``f_0(X)`` (default zeros), shaped like ``y``. f0_test: ``f_0(X')``
-            ``[M, d_out]`` (default zeros).
-        loss: ``"mean"`` or ``"sum"``.
-    Returns:
-        ``(f_train [steps + 1, N, d_out], f_test [steps + 1, M, d_out] or None)``, step 0 first.
-    Raises:
-        ValueError: bad shapes, ``lr <= 0``, ``steps < 0`` or an unknown ``loss``.
-    References:
-        Jacot et al. (2018), arXiv 1806.07572, section 4 (kernel gradient); Yang & Littwin
-        (2021), arXiv 2105.03703, eq. (1).
-    """
-    return kernel_gd(K_test_train, K_train, y, lr, steps, f0_train, f0_test, loss)
 
 
 @register_probe("ntk_drift")
