@@ -133,6 +133,34 @@ def test_follow_of_a_study_nobody_executes_ends_after_a_second_read(tmp_path: Pa
     assert re.search(r"│ r0 +│ pending", result.stdout), result.stdout
 
 
+def test_on_a_terminal_the_table_is_redrawn_in_place(tmp_path: Path, monkeypatch):
+    terminal = Console(file=io.StringIO(), force_terminal=True, width=120, color_system=None)
+    monkeypatch.setattr(_study_view, "console", terminal)
+    study = tmp_path / "study"
+    make_study(study, ["r0"])
+    train(study, "r0", 4)
+    (study / "verdict.json").write_text(json.dumps({"status": "held"}))  # concluded: one read
+    result = invoke("show", study, "--follow", "--interval", "0.05")
+    assert result.exit_code == 0, result.output
+    drawn = terminal.file.getvalue()
+    assert "\x1b[?25l" in drawn  # rich.live hides the cursor while it redraws
+    assert re.search(r"│ r0 +│ done +│ +4/4 │", drawn) and "verdict: held" in drawn
+
+
+def test_ctrl_c_ends_the_follow_cleanly_with_the_table(tmp_path: Path, monkeypatch):
+    study = tmp_path / "study"
+    make_study(study, ["r0"])
+
+    def interrupt(seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_study_view.time, "sleep", interrupt)
+    with executing_study(study):  # a live study: only Ctrl-C (or --timeout) ends the follow
+        result = invoke("show", study, "--follow")
+    assert result.exit_code == 0, result.output
+    assert re.search(r"│ r0 +│ pending", result.stdout), result.stdout
+
+
 @pytest.mark.parametrize(
     ("files", "pattern"),
     [
