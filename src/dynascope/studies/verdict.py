@@ -54,8 +54,15 @@ from collections.abc import Mapping
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
-import numpy as np
-from scipy import stats
+from ._conditions import Control as Control
+from ._conditions import Precondition as Precondition
+from ._statistics import _NAN_INTERVAL, _check_direction, _floats, _spread, _summary
+from ._statistics import CONFIDENCE as CONFIDENCE
+from ._statistics import DIRECTIONS as DIRECTIONS
+from ._statistics import interval_status as interval_status
+from ._statistics import mean_interval as mean_interval
+from ._statistics import seed_passes as seed_passes
+from ._statistics import wilson_interval as wilson_interval
 
 __all__ = [
     "CONFIDENCE",
@@ -77,17 +84,14 @@ __all__ = [
 ]
 
 STATUSES = ("held", "not held", "inconclusive")
-DIRECTIONS = ("<=", ">=")
 KINDS = ("finding", "identity")
 MIN_SEEDS = 5
-CONFIDENCE = 0.95
 STATISTICS = {
     "mean": "mean over seeds, 95 % Student-t interval",
     "rate": "fraction of seeds that pass their bar, 95 % Wilson interval",
 }
 # how legacy details write their comparison ("measured <= threshold; ...")
 _LEGACY_DIRECTION = re.compile(r"measured\s*(<=|>=|==|<|>)\s*threshold")
-_NAN_INTERVAL = (math.nan, math.nan)
 
 
 def legacy_direction(detail: str) -> str:
@@ -102,209 +106,11 @@ def claim_id(claim: str) -> str:
     return claim.split(":")[0].strip()
 
 
-def _floats(values: Any) -> tuple[float, ...]:
-    return tuple(float(v) for v in values)
-
-
-def _check_direction(direction: str, name: str = "direction") -> None:
-    if direction not in DIRECTIONS:
-        raise ValueError(f"{name} must be one of <=, >= (got {direction!r})")
-
-
-def seed_passes(value: float, threshold: float, direction: str) -> bool:
-    """Whether one value passes: ``value <= threshold`` or ``value >= threshold``; NaN fails.
-
-    Raises:
-        ValueError: if ``direction`` is not ``<=`` or ``>=``.
-    """
-    _check_direction(direction)
-    if not math.isfinite(value):
-        return False
-    return value <= threshold if direction == "<=" else value >= threshold
-
-
-def mean_interval(values: Any, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """Two-sided Student-t interval of the mean of the finite ``values``.
-
-    ``mean ± t_{(1+confidence)/2, n-1} · s / √n`` with ``s`` the sample standard deviation
-    (``ddof = 1``) of the ``n`` finite values; equal values give a point interval.
-
-    Args:
-        values: per-seed values; NaN and ±inf are left out.
-        confidence: the interval's coverage, in (0, 1).
-
-    Returns:
-        ``(lo, hi)``; ``(nan, nan)`` with fewer than two finite values.
-
-    Raises:
-        ValueError: if ``confidence`` is not in (0, 1).
-
-    References:
-        Student (1908), "The probable error of a mean", Biometrika 6(1).
-    """
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1) (got {confidence})")
-    finite = np.array([v for v in _floats(values) if math.isfinite(v)], dtype=np.float64)
-    n = len(finite)
-    if n < 2:
-        return _NAN_INTERVAL
-    with np.errstate(over="ignore", invalid="ignore"):  # huge values: an infinite spread
-        mean = float(finite.mean())
-        half = float(stats.t.ppf((1 + confidence) / 2, n - 1) * finite.std(ddof=1) / math.sqrt(n))
-    if not (math.isfinite(half) and math.isfinite(mean)):  # the spread overflows
-        return (-math.inf, math.inf)
-    return (mean - half, mean + half)
-
-
-def wilson_interval(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """Wilson score interval of a binomial rate ``k / n``.
-
-    ``(p + z²/2n ± z √(p(1−p)/n + z²/4n²)) / (1 + z²/n)``, ``z`` the normal quantile at
-    ``(1+confidence)/2``; it stays inside [0, 1] and is not degenerate at k = 0 or k = n.
-
-    Args:
-        k: successes, ``0 <= k <= n``.
-        n: trials.
-        confidence: the interval's coverage, in (0, 1).
-
-    Returns:
-        ``(lo, hi)``; ``(nan, nan)`` when ``n == 0``.
-
-    Raises:
-        ValueError: if ``k`` is not in ``[0, n]`` or ``confidence`` is not in (0, 1).
-
-    References:
-        Wilson (1927), "Probable inference, the law of succession, and statistical inference",
-        JASA 22(158); Brown, Cai & DasGupta (2001), Statistical Science 16(2), eq. (4).
-    """
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1) (got {confidence})")
-    if not 0 <= k <= n:
-        raise ValueError(f"k must be in [0, n] (got k={k}, n={n})")
-    if n == 0:
-        return _NAN_INTERVAL
-    z = float(stats.norm.ppf((1 + confidence) / 2))
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
-
-
-def interval_status(interval: tuple[float, float], threshold: float, direction: str) -> str:
-    """``held`` when the interval lies on the claimed side of ``threshold`` (touching it
-    counts), ``not held`` when it lies strictly on the other side, else ``inconclusive`` (it
-    straddles, or it is NaN).
-
-    Raises:
-        ValueError: if ``direction`` is not ``<=`` or ``>=``.
-    """
-    _check_direction(direction)
-    lo, hi = interval
-    if math.isnan(lo) or math.isnan(hi):
-        return "inconclusive"
-    if direction == ">=":
-        return "held" if lo >= threshold else ("not held" if hi < threshold else "inconclusive")
-    return "held" if hi <= threshold else ("not held" if lo > threshold else "inconclusive")
-
-
-def _spread(values: tuple[float, ...]) -> dict[str, float | int]:
-    finite = np.array([v for v in values if math.isfinite(v)], dtype=float)
-    n = len(finite)
-    return {
-        "std": float(finite.std(ddof=1)) if n >= 2 else math.nan,
-        "min": float(finite.min()) if n else math.nan,
-        "max": float(finite.max()) if n else math.nan,
-        "n_finite": n,
-    }
-
-
-def _summary(
-    values: tuple[float, ...], statistic: str, seed_bar: tuple[float, str] | None
-) -> tuple[float, tuple[float, float], int]:
-    """``(measured, interval, n_seeds)`` of per-seed ``values`` under ``statistic``."""
-    if statistic == "rate":
-        bar, direction = seed_bar  # type: ignore[misc]
-        n = len(values)
-        k = sum(seed_passes(v, bar, direction) for v in values)
-        return (k / n if n else math.nan), wilson_interval(k, n), n
-    finite = [v for v in values if math.isfinite(v)]
-    mean = float(np.mean(finite)) if finite else math.nan
-    return mean, mean_interval(values), len(finite)
-
-
 def _check_per_seed(per_seed: Mapping[int, float], name: str) -> tuple[tuple[int, ...], tuple]:
     if not isinstance(per_seed, Mapping):
         raise ValueError(f"{name}: must map seed -> value (got {type(per_seed).__name__})")
     seeds = tuple(int(s) for s in per_seed)
     return seeds, _floats(per_seed.values())
-
-
-@dataclass(frozen=True)
-class Precondition:
-    """What a claim presupposes, and whether the runs met it.
-
-    Attributes:
-        text: the condition in words, with its bound ("every arm, every seed: recall
-            accuracy >= 0.9").
-        met: whether it was met.
-        measured: the measured quantity the condition bounds, when there is one (NaN: none),
-            e.g. the worst arm's accuracy.
-    """
-
-    text: str
-    met: bool
-    measured: float = math.nan
-
-    def to_json(self) -> dict[str, Any]:
-        return {"text": self.text, "met": bool(self.met), "measured": float(self.measured)}
-
-
-@dataclass(frozen=True)
-class Control:
-    """An ablation control: the claim's experiment with its cause removed, same budget.
-
-    Give ``per_seed`` (seed -> the claim's metric on the ablation); :func:`judge` fills
-    ``measured``, ``interval``, ``n_seeds`` and ``status`` with the claim's statistic, threshold
-    and direction.
-
-    Attributes:
-        text: the ablation in words ("λ_attn = 0, the same budget and statistic").
-        per_seed: seed -> the control's value.
-        kind: ``ablation`` (the only kind a finding accepts).
-        measured: the control's aggregate (mean, or rate for a ``rate`` claim).
-        interval: its 95 % interval.
-        n_seeds: its finite seeds (``mean``) or seeds (``rate``).
-        status: ``held`` | ``not held`` | ``inconclusive`` once judged, else ``None``.
-
-    Raises:
-        ValueError: if ``kind`` is not ``ablation``.
-    """
-
-    text: str
-    per_seed: Mapping[int, float] | None = None
-    kind: str = "ablation"
-    measured: float = math.nan
-    interval: tuple[float, float] = _NAN_INTERVAL
-    n_seeds: int = 0
-    status: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.kind != "ablation":
-            raise ValueError(f"control kind must be ablation (got {self.kind!r})")
-
-    def to_json(self) -> dict[str, Any]:
-        values = _floats((self.per_seed or {}).values())
-        return {
-            "text": self.text,
-            "kind": self.kind,
-            "measured": float(self.measured),
-            "interval": [float(x) for x in self.interval],
-            "n_seeds": int(self.n_seeds),
-            "status": self.status,
-            "seeds": [int(s) for s in (self.per_seed or {})],
-            "per_seed": list(values),
-            "spread": _spread(values) if values else None,
-        }
 
 
 @dataclass(frozen=True)
@@ -446,8 +252,8 @@ def _judge_control(
     _, values = _check_per_seed(control.per_seed, "control.per_seed")
     measured, interval, n = _summary(values, statistic, seed_bar)
     n_finite = sum(math.isfinite(v) for v in values)
-    status = "inconclusive" if n_finite < MIN_SEEDS else interval_status(
-        interval, threshold, direction
+    status = (
+        "inconclusive" if n_finite < MIN_SEEDS else interval_status(interval, threshold, direction)
     )
     return Control(
         control.text, dict(control.per_seed), control.kind, measured, interval, n, status
@@ -513,8 +319,10 @@ def judge(
         raise ValueError(f"{claim!r}: a finding needs an ablation control (got None)")
     seeds, values = _check_per_seed(per_seed, "per_seed")
     measured, interval, n_seeds = _summary(values, statistic, seed_bar)
-    judged = None if control is None else _judge_control(
-        control, threshold, direction, statistic, seed_bar
+    judged = (
+        None
+        if control is None
+        else _judge_control(control, threshold, direction, statistic, seed_bar)
     )
     n_finite = sum(math.isfinite(v) for v in values)
     side = interval_status(interval, threshold, direction)
