@@ -150,3 +150,21 @@ def test_a_bad_study_dir_is_refused_in_one_line(tmp_path: Path, files: dict, mes
         (tmp_path / name).write_text(text)
     with pytest.raises(ValueError, match=message):
         StudyWatcher(tmp_path / "missing")
+
+
+def test_a_run_is_read_again_only_when_its_files_change(study: Path, monkeypatch):
+    from dynascope.studies import progress
+
+    opened, real = [], progress.peek_run
+    monkeypatch.setattr(progress, "peek_run", lambda path: opened.append(path.name) or real(path))
+    watcher = StudyWatcher(study)
+    watcher.read()
+    assert sorted(opened) == ["a_done", "b_running", "c_failed", "d_diverged", "e_pending"]
+    opened.clear()
+    assert watcher.read().runs[1].step == 4
+    assert opened == ["e_pending"]  # no store: looked for each time; the others unchanged
+    opened.clear()
+    with RunStore(study / "runs" / "b_running") as store:
+        store.log(6, {"train.loss": 1.25})
+    assert watcher.read().runs[1].step == 6
+    assert opened == ["b_running", "e_pending"]

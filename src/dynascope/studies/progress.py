@@ -31,7 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dynascope.store import METRICS_FILE, STUDY_FILE, VERDICT_FILE, lock_is_free, peek_run
+from dynascope.store import (
+    METRICS_FILE,
+    STUDY_FILE,
+    VERDICT_FILE,
+    RunPeek,
+    lock_is_free,
+    peek_run,
+)
 
 __all__ = [
     "ENDED",
@@ -148,6 +155,7 @@ class StudyWatcher:
         self._manifest = _read_manifest(self.out)
         self._first: dict[str, tuple[float, int]] = {}  # run -> (time, step) first seen running
         self._start: tuple[float, int] | None = None  # (time, study's done steps) first read
+        self._peeks: dict[str, tuple[tuple, RunPeek | None]] = {}  # run -> (files' stat, peek)
 
     def read(self) -> StudyProgress:
         """The study as it stands now.
@@ -179,8 +187,25 @@ class StudyWatcher:
             return []
         return [p.name for p in runs.iterdir() if (p / METRICS_FILE).is_file()]
 
+    def _peek(self, name: str) -> RunPeek | None:
+        """:func:`~dynascope.store.peek_run`, read again only when the run's database or its
+        write-ahead log changed (a run that ended is not reopened on every read)."""
+        db = self.out / "runs" / name / METRICS_FILE
+        files = []
+        for path in (db, db.with_name(db.name + "-wal")):
+            try:
+                stat = path.stat()
+                files.append((stat.st_ino, stat.st_size, stat.st_mtime_ns))
+            except FileNotFoundError:
+                files.append(None)
+        key = tuple(files)
+        cached = self._peeks.get(name)
+        if cached is None or cached[0] != key or key[0] is None:
+            cached = self._peeks[name] = (key, peek_run(db.parent))
+        return cached[1]
+
     def _run(self, name: str, config: Any, active: bool, now: float) -> RunProgress:
-        peek = peek_run(self.out / "runs" / name)
+        peek = self._peek(name)
         total = _total_steps(config)
         if peek is None or peek.status is None:
             return RunProgress(name, "pending", None, total, None, None)
