@@ -71,13 +71,13 @@ from ._permutation_chain import load_params as load_params
 from ._permutation_chain import permutable_layers as permutable_layers
 from ._permutation_chain import permute_params as permute_params
 from ._permutation_chain import trace_chain as trace_chain
+from ._transformer_matching import interpolate_parameters as interpolate_parameters
+from ._transformer_matching import match_transformers as match_transformers
 from ._transformer_permutation import TransformerPermutation as TransformerPermutation
 from ._transformer_permutation import apply_transformer_permutation
 from ._transformer_permutation import (
     check_transformer_permutation as check_transformer_permutation,
 )
-from ._transformer_permutation import interpolate_parameters as interpolate_parameters
-from ._transformer_permutation import match_transformers as match_transformers
 from ._transformer_permutation import permute_transformer_state as permute_transformer_state
 
 __all__ = [
