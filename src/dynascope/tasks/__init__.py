@@ -7,6 +7,7 @@ from .cycle_colouring import CycleColouring as CycleColouring
 from .diagonal_teacher import DiagonalAttentionTeacher as DiagonalAttentionTeacher
 from .digits import Digits as Digits
 from .digits_pvr import DigitsPVR as DigitsPVR
+from .few_shot_hyperteacher import FewShotHyperteacher as FewShotHyperteacher
 from .fuzzy_logic import FuzzyLogic as FuzzyLogic
 from .grid_world import GridWorld as GridWorld
 from .hyper_teacher import HyperTeacher as HyperTeacher
@@ -14,7 +15,6 @@ from .linear_attention_teacher import LinearAttentionTeacher as LinearAttentionT
 from .linear_regression import InContextLinearRegression as InContextLinearRegression
 from .matrix_factorization import MatrixFactorization as MatrixFactorization
 from .modular_arithmetic import ModularArithmetic as ModularArithmetic
-from .modular_teacher import FewShotHyperteacher as FewShotHyperteacher
 from .modular_teacher import ModularTeacher as ModularTeacher
 from .pvr import HopPVR as HopPVR
 from .pvr import VectorPVR as VectorPVR

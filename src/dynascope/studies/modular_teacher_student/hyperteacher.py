@@ -1,7 +1,7 @@
 """Hyperteacher runs of ``modular-teacher-student`` (paper preset): meta-learners on few-shot
 soft-target classification, OOD accuracy per learner and (M experts, K hot).
 
-Glossary: M = ``n_experts``, K = ``num_hot`` (:class:`dynascope.tasks.modular_teacher.
+Glossary: M = ``n_experts``, K = ``num_hot`` (:class:`dynascope.tasks.few_shot_hyperteacher.
 FewShotHyperteacher`); learners :class:`dynascope.nn.meta_learners.MetaLearner`.
 
 On the engine: each step's batch holds ``meta_batch`` training tasks with ``shots_support +
@@ -38,7 +38,7 @@ from pydantic import Field
 from torch import Tensor
 
 from dynascope.nn.meta_learners import MetaLearner, soft_cross_entropy
-from dynascope.tasks.modular_teacher import FewShotHyperteacher
+from dynascope.tasks.few_shot_hyperteacher import FewShotHyperteacher
 from dynascope.train import EngineRunConfig, Loop, Parts, SeedStreams
 
 __all__ = [
