@@ -88,16 +88,17 @@ def test_resume_finished_run_continues_from_last_checkpoint(finished_run: Path):
 
 
 def test_resume_after_lost_last_checkpoint_reproduces_the_run(finished_run: Path):
-    """A crash after step 3's checkpoint: resuming from it gives the same final metrics."""
+    """A crash after step 4's checkpoint (the history's; checkpoint_every is 3): resuming from
+    it gives the same final metrics."""
     before = load_run(finished_run).scalars
     (finished_run / "checkpoints" / "step_6.pt").unlink()
     result = invoke("resume", finished_run, "--no-progress")
     assert result.exit_code == 0, result.output
-    assert "already finished" not in result.stdout  # steps 4-6 were trained again
+    assert "already finished" not in result.stdout  # steps 5-6 were trained again
     run = load_run(finished_run)
     assert run.status == "finished"
     assert run.events[run.events["kind"] == "resumed"]["detail"].tolist() == [
-        "from checkpoint step 3"
+        "from checkpoint step 4"
     ]
     # Same rows, same values: resume on CPU is exact (train.py docstring).
     pd.testing.assert_frame_equal(run.scalars, before)

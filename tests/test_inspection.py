@@ -98,7 +98,7 @@ def expected_table(model, x):
     rows = []
     for layer, view in enumerate(views):
         for head in range(view.n_heads):
-            row = {"layer": layer, "module": view.name, "head": head}
+            row = {"layer": layer, "module": view.name, "head_index": head}
             for prefix, values in s.items():
                 v = values[layer, head]
                 row[f"{prefix}_effective_rank"] = float(effective_rank(v))
@@ -118,9 +118,9 @@ def expected_table(model, x):
 
 def assert_matches(table: pd.DataFrame, expected: pd.DataFrame):
     assert list(table["layer"]) == list(expected["layer"])
-    assert list(table["head"]) == list(expected["head"])
+    assert list(table["head_index"]) == list(expected["head_index"])
     assert list(table["module"]) == list(expected["module"])
-    for column in expected.columns.drop(["layer", "module", "head"]):
+    for column in expected.columns.drop(["layer", "module", "head_index"]):
         tol = DENSE if column.endswith("_norm") else SAME
         assert_close(
             torch.tensor(table[column].to_numpy()), torch.tensor(expected[column].to_numpy()), **tol
@@ -181,7 +181,7 @@ def test_hooked_transformer_matches_the_instruments_and_its_own_cache():
 def test_columns_no_inputs_and_model_mode_untouched():
     model = gpt2().train()
     table = ds.inspect(model)
-    columns = ["layer", "module", "head", "d_head"]
+    columns = ["layer", "module", "head_index", "d_head"]
     for prefix in ("qk", "ov"):
         columns += [f"{prefix}_{m}" for m in SPECTRAL]
     columns += ["W_Q_norm", "W_K_norm", "W_V_norm", "W_O_norm"]
@@ -268,7 +268,7 @@ def test_dynascope_checkpoints_file_and_run_directory(run_dir: Path):
     from dynascope.config import build_model, build_task, load_config
 
     steps = sorted(int(p.stem.split("_")[1]) for p in (run_dir / "checkpoints").glob("*.pt"))
-    assert steps == [3, 6]
+    assert steps == [0, 1, 2, 3, 4, 6]  # every 3 steps, and the history: 0 and powers of 2
     config = load_config(run_dir / "config.yaml")
     model = build_model(config.model, build_task(config.task))
     model.load_state_dict(torch.load(run_dir / "checkpoints" / "step_6.pt")["model"])
@@ -276,7 +276,7 @@ def test_dynascope_checkpoints_file_and_run_directory(run_dir: Path):
     one = ds.inspect(run_dir / "checkpoints" / "step_6.pt", x)
     assert_matches(one, expected_table(model.eval(), x))
     series = ds.inspect(run_dir, x)
-    assert list(series["step"].unique()) == [3, 6]
+    assert list(series["step"].unique()) == [0, 1, 2, 3, 4, 6]
     last = series[series["step"] == 6].drop(columns="step").reset_index(drop=True)
     pd.testing.assert_frame_equal(last, one)
 
@@ -300,14 +300,15 @@ def test_study_run_directory_is_read_with_its_own_build(tmp_path: Path):
     result = runner.invoke(app, ["inspect", str(run_dir)])
     assert result.exit_code == 0, result.output
     rows = re.findall(r"^│\s*(\d+)\s*│\s*(\d+)\s*│", result.stdout, re.MULTILINE)
-    assert rows == [("2", "0"), ("2", "1"), ("4", "0"), ("4", "1")], result.stdout  # step, layer
+    expected_rows = [(str(step), str(layer)) for step in (0, 1, 2, 4) for layer in (0, 1)]
+    assert rows == expected_rows, result.stdout  # step, layer: the history and the last
     model = build_compositional(config, SeedStreams(config.seed)).model
     model.load_state_dict(torch.load(run_dir / "checkpoints" / "step_4.pt")["model"])
     expected = ds.inspect(model.eval())
     series = ds.inspect(run_dir)
-    assert list(series["step"].unique()) == [2, 4]
+    assert list(series["step"].unique()) == [0, 1, 2, 4]
     last = series[series["step"] == 4].drop(columns="step").reset_index(drop=True)
-    assert list(last["layer"]) == [0, 0, 1, 1] and list(last["head"]) == [0, 1, 0, 1]
+    assert list(last["layer"]) == [0, 0, 1, 1] and list(last["head_index"]) == [0, 1, 0, 1]
     assert set(last["d_head"]) == {4}
     pd.testing.assert_frame_equal(last, expected)
 
@@ -453,3 +454,101 @@ def test_cli_inspect_prints_and_writes_alpha_and_ks_of_every_matrix(tmp_path: Pa
     )
     assert bare.exit_code == 0 and "ESD" not in bare.stdout
     assert not (tmp_path / "b" / "layers.csv").exists()
+
+
+# -- every run directory the project writes (issue 31, part 1) -------------------------------
+def _shortened(config, steps: int):
+    """A study's run config with fewer steps (a registry config or an engine run config)."""
+    if hasattr(config, "loop"):
+        return config.model_copy(update={"loop": config.loop.model_copy(update={"steps": steps})})
+    return config.model_copy(update={"train": config.train.model_copy(update={"steps": steps})})
+
+
+@pytest.mark.slow
+def test_weight_decay_smoke_runs_and_checkpoints_are_inspected(tmp_path: Path):
+    """A run of each arm kind of weight-decay-low-rank's smoke preset, trained as the study
+    trains it (the recall arm as a two-member ensemble), cut to 4 steps: every run directory
+    and checkpoint exits 0, with per-head rows where the model has attention (the recall and
+    LM transformers) and one line where it has none (part a's factor pairs)."""
+    from dynascope import studies
+    from dynascope.train import run_members
+
+    study = studies.get("weight-decay-low-rank")
+    specs = study.build_runs(study.preset("smoke"), 0)
+    arms = {"a_toy": 1, "b_recall_wd1": 2, "c_lm_uniform": 1}  # arm: members trained at once
+    for arm, members in arms.items():
+        chosen = [s for s in specs if s.name.rsplit("_s", 1)[0] == arm][:members]
+        configs = [_shortened(s.config, 4) for s in chosen]
+        run_members(chosen[0].build, configs, [tmp_path / s.name for s in chosen])
+    targets = sorted(tmp_path.iterdir())
+    targets += [p for run in targets for p in sorted((run / "checkpoints").glob("*.pt"))]
+    assert len(targets) == 4 + 4 * 4  # 4 runs, each with checkpoints at steps 0, 1, 2 and 4
+    for target in targets:
+        result = runner.invoke(app, ["inspect", str(target), "--no-esd"])
+        assert result.exit_code == 0, (target, result.output)
+        lines = result.stdout.strip().splitlines()
+        if "a_toy" in str(target):
+            assert len(lines) == 1 and "FactorPairs has no attention layer" in lines[0], lines
+        else:
+            assert re.search(r"^│\s*\d+\s*│", result.stdout, re.MULTILINE), result.stdout
+
+
+def test_an_mlp_study_run_gets_one_line_saying_it_has_no_attention(tmp_path: Path):
+    """A slingshot run (an FCN on digits; its config has a field 'optimizer: adam' that a
+    registry config would refuse): inspect reads it with its own build, prints one line that
+    names the missing attention layer and what inspect covers, and exits 0."""
+    from dynascope.inspection import NoAttentionError
+    from dynascope.studies.slingshot.runs import FcnRun, build
+    from dynascope.train import Loop, run_members
+
+    run_dir = tmp_path / "fcn"
+    run_members(build, FcnRun(loop=Loop(steps=2), hidden=(8,), n_train=20), run_dir)
+    line = (
+        "FCN has no attention layer: inspect's per-head table (W_QK/W_OV ranks and norms, "
+        "attention entropy) needs one"
+    )
+    for target in (run_dir, run_dir / "checkpoints" / "step_1.pt"):
+        alone = runner.invoke(app, ["inspect", str(target), "--no-esd"])
+        assert alone.exit_code == 0, alone.output
+        assert alone.stdout.splitlines() == [f"{target}: {line}"]
+    with_esd = runner.invoke(app, ["inspect", str(run_dir)])
+    assert with_esd.exit_code == 0, with_esd.output
+    first = with_esd.stdout.splitlines()[0]
+    assert first == f"{run_dir}: {line}; the ESD of every weight matrix follows"
+    assert "W_U" in with_esd.stdout  # the ESD table of the FCN's matrices
+    written = runner.invoke(app, ["inspect", str(run_dir), "--out", str(tmp_path / "o")])
+    assert written.exit_code == 0, written.output
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["inspect.html", "layers.csv"]
+    with pytest.raises(NoAttentionError, match=r"^FCN has no attention layer: .*inspect_layers"):
+        ds.inspect(run_dir)
+
+
+def test_unsupported_attention_is_still_an_error_not_a_missing_layer():
+    class MyAttention(torch.nn.Module):  # attention that no adapter reads
+        def __init__(self):
+            super().__init__()
+            self.qkv = torch.nn.Linear(4, 12)
+
+    from dynascope.inspection import NoAttentionError, has_attention
+
+    model = torch.nn.Sequential(MyAttention())
+    with pytest.raises(ValueError, match=r"^no supported attention layer found in Sequential"):
+        has_attention(model)
+    with pytest.raises(ValueError, match=r"^no supported attention layer") as raised:
+        ds.inspect(model)
+    assert not isinstance(raised.value, NoAttentionError)
+    assert has_attention(gpt2()) and not has_attention(torch.nn.Linear(3, 2))
+
+
+def test_frames_say_head_index_and_an_old_head_column_is_read_with_a_warning(tmp_path: Path):
+    from dynascope.report.inspect import write_inspect_report
+
+    table = ds.inspect(gpt2(), tokens())
+    assert "head" not in table.columns and callable(table.head)  # DataFrame.head is the method
+    assert list(table["head_index"]) == [0, 1, 2] * 2  # 2 layers of 3 heads
+    write_inspect_report(table, tmp_path / "new", "t")
+    old = table.rename(columns={"head_index": "head"})  # a frame from dynascope 0.1
+    with pytest.warns(DeprecationWarning, match=r"^column 'head' is now 'head_index'"):
+        write_inspect_report(old, tmp_path / "old", "t")
+    new_csv = (tmp_path / "new" / "inspect.csv").read_text()
+    assert (tmp_path / "old" / "inspect.csv").read_text() == new_csv

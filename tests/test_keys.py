@@ -59,3 +59,21 @@ def test_layer_head_metric_round_trip(layer, head, metric):
 def test_bad_key_is_refused(bad):
     with pytest.raises(ValueError, match="key must be a non-empty string"):
         parse_key(bad)
+
+
+def test_with_head_index_renames_the_old_head_column_with_a_warning():
+    import warnings
+
+    import pandas as pd
+
+    from dynascope.keys import HEAD_COLUMN, with_head_index
+
+    old = pd.DataFrame({"layer": [0, 0], "head": [0, 1], "qk_effective_rank": [1.5, 2.0]})
+    with pytest.warns(DeprecationWarning, match=r"^column 'head' is now 'head_index'"):
+        renamed = with_head_index(old)
+    assert list(renamed.columns) == ["layer", HEAD_COLUMN, "qk_effective_rank"]
+    assert renamed[HEAD_COLUMN].tolist() == [0, 1] and "head" in old.columns  # a copy
+    new = old.rename(columns={"head": "head_index"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert with_head_index(new) is new  # the current name: untouched, no warning

@@ -243,5 +243,6 @@ def test_task5_pandas_snippet_reads_runs(tmp_path, monkeypatch):
     exec(compile(_block_after("**5. Read results into pandas.**"), str(README), "exec"), namespace)
     erank, runs = namespace["erank"], namespace["runs"]
     assert erank.shape == (len(ds.LogSchedule(200, 20).steps), 2 * 4)  # steps x (layer, head)
-    assert {"run", "step", "key", "value", "layer", "head", "metric"} <= set(runs.columns)
+    assert {"run", "step", "key", "value", "layer", "head_index", "metric"} <= set(runs.columns)
+    assert "head" not in runs.columns  # DataFrame.head stays the method
     assert "mine" in set(runs["run"])

@@ -122,26 +122,26 @@ def test_scalars_carry_parsed_layer_head_and_metric(tmp_path):
             0, {"L0.H3.qk.effective_rank": 2.0, "L1.attn.mean.entropy": 0.5, "train.loss": 1.0}
         )
     scalars = load_run(tmp_path).scalars
-    assert list(scalars.columns) == ["step", "key", "value", "layer", "head", "metric"]
+    assert list(scalars.columns) == ["step", "key", "value", "layer", "head_index", "metric"]
     rows = scalars.set_index("key")
-    assert rows.loc["L0.H3.qk.effective_rank", ["layer", "head", "metric"]].tolist() == [
+    assert rows.loc["L0.H3.qk.effective_rank", ["layer", "head_index", "metric"]].tolist() == [
         0,
         3,
         "qk.effective_rank",
     ]
     assert rows.loc["L1.attn.mean.entropy", "layer"] == 1
-    assert rows.loc["L1.attn.mean.entropy", "head"] is pd.NA
+    assert rows.loc["L1.attn.mean.entropy", "head_index"] is pd.NA
     assert (
         rows.loc["train.loss", "layer"] is pd.NA
         and rows.loc["train.loss", "metric"] == "train.loss"
     )
-    assert str(scalars["layer"].dtype) == "Int64" and str(scalars["head"].dtype) == "Int64"
+    assert str(scalars["layer"].dtype) == "Int64" and str(scalars["head_index"].dtype) == "Int64"
 
 
 def test_empty_run_has_the_parsed_columns(tmp_path):
     RunStore(tmp_path).close()
     scalars = load_run(tmp_path).scalars
-    assert list(scalars.columns) == ["step", "key", "value", "layer", "head", "metric"]
+    assert list(scalars.columns) == ["step", "key", "value", "layer", "head_index", "metric"]
     assert scalars.empty
 
 
@@ -175,12 +175,12 @@ def test_load_study_has_every_run_with_its_flattened_config(tmp_path):
         "key",
         "value",
         "layer",
-        "head",
+        "head_index",
         "metric",
     ]
     assert sorted(frame["run"].unique()) == ["lr-0.1", "lr-0.3", "no-config"]
     first = frame[(frame["run"] == "lr-0.3") & (frame["key"] == "L0.H1.qk.effective_rank")].iloc[0]
-    assert first["value"] == 0.3 and first["layer"] == 0 and first["head"] == 1
+    assert first["value"] == 0.3 and first["layer"] == 0 and first["head_index"] == 1
     assert first["optimizer.lr"] == 0.3 and first["optimizer.betas"] == (0.9, 0.99)
     assert first["config.step"] == 7 and first["status"] == "finished"  # 'step' is a column
     loss = frame[frame["key"] == "train.loss"].set_index("run")

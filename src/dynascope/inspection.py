@@ -39,6 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from dynascope.adapters import AttentionView, attention_views, capture_patterns
+from dynascope.keys import HEAD_COLUMN
 from dynascope.probes.attention import attention_entropy
 from dynascope.probes.esd import MIN_TAIL, weight_esd
 from dynascope.probes.norms import frobenius_norms
@@ -54,7 +55,15 @@ from dynascope.probes.spectral import (
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["inspect", "inspect_layers", "load_checkpoints", "model_limits"]
+__all__ = [
+    "NoAttentionError",
+    "has_attention",
+    "inspect",
+    "inspect_layers",
+    "load_checkpoints",
+    "model_limits",
+    "no_attention_message",
+]
 
 SPECTRAL_METRICS = (
     "effective_rank",
@@ -115,7 +124,52 @@ def _entropies(model: nn.Module, x: Any) -> dict[str, Tensor]:
     }
 
 
+class NoAttentionError(ValueError):
+    """The model has no attention layer at all, so :func:`inspect` has no head to report.
+
+    Raised instead of the adapters' "no supported attention layer" error when no module's class
+    name speaks of attention (``attention``, ``attn``): an MLP, a CNN, a factorization toy.
+    ``dynascope inspect`` prints its message as one line and exits 0 (:func:`inspect_layers`
+    still reads such a model).
+    """
+
+
+_ATTENTION_NAME = re.compile(r"attention|attn", re.IGNORECASE)
+
+
+def has_attention(model: nn.Module) -> bool:
+    """Whether :func:`inspect` has heads to report on ``model``.
+
+    Returns:
+        ``True`` if an adapter reads an attention layer of ``model``; ``False`` if no module of
+        it is an attention layer (no class name holds ``attention`` or ``attn``).
+    Raises:
+        ValueError: the model has attention-like modules that no adapter reads (the message of
+            :func:`dynascope.attention_views`: the supported architectures and how to register
+            one).
+    """
+    try:
+        attention_views(model)
+    except ValueError:
+        if any(_ATTENTION_NAME.search(type(m).__name__) for m in model.modules()):
+            raise
+        return False
+    return True
+
+
+def no_attention_message(model: nn.Module) -> str:
+    """One line: ``model`` has no attention layer, and what :func:`inspect` covers."""
+    return (
+        f"{type(model).__name__} has no attention layer: inspect's per-head table (W_QK/W_OV "
+        "ranks and norms, attention entropy) needs one"
+    )
+
+
 def _inspect_model(model: nn.Module, x: Any, rel_tol: float) -> list[dict[str, Any]]:
+    if not has_attention(model):
+        raise NoAttentionError(
+            f"{no_attention_message(model)}; inspect_layers(model) reads every weight matrix"
+        )
     with torch.no_grad():
         views = attention_views(model)
         spectra = _spectra(views, rel_tol)
@@ -134,7 +188,7 @@ def _inspect_model(model: nn.Module, x: Any, rel_tol: float) -> list[dict[str, A
             row: dict[str, Any] = {
                 "layer": layer,
                 "module": view.name,
-                "head": head,
+                HEAD_COLUMN: head,
                 "d_head": view.d_head,
             }
             row.update({k: float(v[head]) for k, v in spectrum.items()})
@@ -171,12 +225,13 @@ def inspect(
         rel_tol: relative threshold of ``*_numerical_rank`` (singular values above
             ``rel_tol * max``), ``>= 0``.
     Returns:
-        ``pandas.DataFrame`` with columns ``[step,] layer, module, head, d_head``, then for
+        ``pandas.DataFrame`` with columns ``[step,] layer, module, head_index, d_head``, then for
         ``qk`` and ``ov``: ``_effective_rank, _stable_rank, _numerical_rank, _nuclear_norm,
         _spectral_norm``, then ``attention_entropy`` (nats; with ``x``), then ``W_Q_norm,
         W_K_norm, W_V_norm, W_O_norm`` (per layer). Plain floats (no autograd graph); ``layer``
         counts attention layers in module order; ``step`` only for a series of checkpoints.
     Raises:
+        NoAttentionError: (a ``ValueError``) if the model has no attention layer at all.
         ValueError: if the model has no supported attention layer, ``rel_tol`` is negative, or
             the forward pass on ``x`` skips an attention layer; the path errors of
             :func:`load_checkpoints`.

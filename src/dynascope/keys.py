@@ -26,14 +26,27 @@ group tags by the part before the first ``/``:
     ``param_norm.L0``                     ``param_norm/L0``
     ``sharpness``                         ``sharpness``
     ====================================  =================================
+
+In the frames dynascope returns (:func:`dynascope.load_run`'s scalars,
+:func:`dynascope.load_study`, :func:`dynascope.inspect`) the head index is the column
+:data:`HEAD_COLUMN`, ``head_index`` (TransformerLens's name). Before dynascope 0.2 it was
+``head``, which shadowed ``DataFrame.head``; :func:`with_head_index` reads a frame that still
+carries ``head`` (an old ``inspect.csv``), with a ``DeprecationWarning``, until 0.3.
 """
 
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+import warnings
+from typing import TYPE_CHECKING, NamedTuple
 
-__all__ = ["ATTENTION", "KeyParts", "metric_path", "parse_key"]
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["ATTENTION", "HEAD_COLUMN", "KeyParts", "metric_path", "parse_key", "with_head_index"]
+
+HEAD_COLUMN = "head_index"
+"""The column of the head index in dynascope's frames (``head`` before 0.2)."""
 
 ATTENTION = frozenset({"qk", "ov", "dqk", "dov", "attn"})
 """First key components of the attention instruments (grouped under ``attn/``)."""
@@ -111,3 +124,26 @@ def metric_path(key: str) -> str:
         return "/".join(parts)
     family, dot, rest = key.partition(".")
     return f"{family}/{rest}" if dot else key
+
+
+def with_head_index(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with an old ``head`` column renamed :data:`HEAD_COLUMN` (module docstring).
+
+    A frame that has ``head_index``, or neither column, is returned as it is.
+
+    Args:
+        frame: a frame of dynascope's columns, from this version or an older one.
+    Returns:
+        The same frame, or a renamed copy.
+    Warns:
+        DeprecationWarning: when ``head`` is renamed (it is read until dynascope 0.3).
+    """
+    if "head" not in frame.columns or HEAD_COLUMN in frame.columns:
+        return frame
+    warnings.warn(
+        "column 'head' is now 'head_index' (dynascope 0.2: 'head' shadowed DataFrame.head); "
+        "frames with 'head' are read until dynascope 0.3",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return frame.rename(columns={"head": HEAD_COLUMN})

@@ -56,7 +56,7 @@ import torch
 import yaml
 from torch import Tensor
 
-from dynascope.keys import parse_key
+from dynascope.keys import HEAD_COLUMN, parse_key
 
 __all__ = [
     "CONFIG_FILE",
@@ -516,8 +516,9 @@ class Run:
         path: the run directory.
         config: the parsed ``config.yaml`` (a dict).
         scalars: DataFrame with columns ``step, key, value``, sorted by step then key, and the
-            key's parts (:func:`dynascope.keys.parse_key`): ``layer`` and ``head`` (nullable
-            ``Int64``, ``<NA>`` where the key has none) and ``metric`` (the key without them).
+            key's parts (:func:`dynascope.keys.parse_key`): ``layer`` and ``head_index``
+            (nullable ``Int64``, ``<NA>`` where the key has none; ``head`` before dynascope
+            0.2) and ``metric`` (the key without them).
         events: DataFrame with columns ``step, kind, detail`` in insertion order.
         status: latest status (``finished``, ``diverged``, ...) or ``None``.
     """
@@ -657,7 +658,7 @@ def peek_run(path: str | os.PathLike[str]) -> RunPeek | None:
 
 
 def _add_key_parts(scalars: pd.DataFrame) -> None:
-    """Add ``layer``, ``head`` (Int64) and ``metric`` columns parsed from ``key``, in place."""
+    """Add ``layer``, ``head_index`` (Int64) and ``metric`` columns parsed from ``key``."""
     codes, unique = pd.factorize(scalars["key"])  # parse each distinct key once
     parts = [parse_key(key) for key in unique]
 
@@ -667,7 +668,7 @@ def _add_key_parts(scalars: pd.DataFrame) -> None:
         return pd.arrays.IntegerArray(data[codes], missing[codes])
 
     scalars["layer"] = nullable([p.layer for p in parts])
-    scalars["head"] = nullable([p.head for p in parts])
+    scalars[HEAD_COLUMN] = nullable([p.head for p in parts])
     metric = np.array([p.metric for p in parts] or [""], dtype=object)[codes]
     scalars["metric"] = pd.Series(metric, index=scalars.index, dtype=str)
 
@@ -683,7 +684,7 @@ def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-_STUDY_COLUMNS = ("run", "status", "step", "key", "value", "layer", "head", "metric")
+_STUDY_COLUMNS = ("run", "status", "step", "key", "value", "layer", HEAD_COLUMN, "metric")
 
 
 def load_study(path: str | os.PathLike[str]) -> pd.DataFrame:
@@ -700,7 +701,7 @@ def load_study(path: str | os.PathLike[str]) -> pd.DataFrame:
         path: a study directory (or any directory of run directories).
     Returns:
         DataFrame, one row per logged scalar: ``run`` (the run directory's name), ``status``,
-        ``step, key, value, layer, head, metric`` (as :attr:`Run.scalars`), then the config
+        ``step, key, value, layer, head_index, metric`` (as :attr:`Run.scalars`), then the config
         columns in order of first appearance. A run that logged no scalar (only tensors, or
         nothing yet) has one row with missing ``step``/``key``/``value``, so that its status
         and config still show. Sorted by run, then step, then key.

@@ -90,7 +90,8 @@ def test_inspect_colour_bars_have_no_offset_on_a_narrow_range(monkeypatch, tmp_p
 
     found = _check_saved(monkeypatch)
     rows = [
-        {"layer": layer, "module": f"L{layer}", "head": head, "qk_effective_rank": 2.0001 + head / 1e4,
+        {"layer": layer, "module": f"L{layer}", "head_index": head,
+         "qk_effective_rank": 2.0001 + head / 1e4,
          "ov_effective_rank": 2.0, "attention_entropy": 3.8770 + (3 * layer + head) / 1e4}
         for layer in range(2) for head in range(3)
     ]  # fmt: skip
@@ -119,7 +120,7 @@ def test_inspect_figures_have_no_problems(monkeypatch, tmp_path):
         for layer in range(2):
             for head in range(3):
                 rows.append(
-                    {"step": step, "layer": layer, "module": f"L{layer}", "head": head,
+                    {"step": step, "layer": layer, "module": f"L{layer}", "head_index": head,
                      "qk_effective_rank": 1.0 + head, "ov_effective_rank": 2.0,
                      "attention_entropy": 0.5 * layer}
                 )  # fmt: skip

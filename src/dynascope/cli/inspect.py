@@ -149,9 +149,13 @@ def inspect(
     ] = True,
 ) -> None:
     """Analyse a model's attention heads (W_QK/W_OV ranks and norms, attention entropy) and the
-    ESD tail (alpha, KS distance) of every weight matrix."""
+    ESD tail (alpha, KS distance) of every weight matrix.
+
+    A model without attention layers (an MLP) gets one line saying so, then the ESD table;
+    exit 0.
+    """
+    from dynascope.inspection import has_attention, inspect_layers, load_checkpoints
     from dynascope.inspection import inspect as inspect_model
-    from dynascope.inspection import inspect_layers, load_checkpoints
 
     if text is not None and tokens is not None:
         fail("--text, --tokens: give one of them, not both")
@@ -164,33 +168,47 @@ def inspect(
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no "Loading weights" bars
     try:
         checkpoints = load_checkpoints(path)
-        x = _inspect_inputs(path, checkpoints[-1][1], text, tokens)
+        heads = has_attention(checkpoints[-1][1])
+        x = _inspect_inputs(path, checkpoints[-1][1], text, tokens) if heads else None
         frames, layer_frames = [], []
         for step, model in checkpoints:
-            frame = inspect_model(model, x)
+            frame = inspect_model(model, x) if heads else None
             layer_frame = inspect_layers(model) if esd else None
-            if step is not None:
-                frame.insert(0, "step", step)
-                if layer_frame is not None:
-                    layer_frame.insert(0, "step", step)
+            for table in (frame, layer_frame):
+                if step is not None and table is not None:
+                    table.insert(0, "step", step)
             frames.append(frame)
             layer_frames.append(layer_frame)
     except ValueError as err:
         fail(str(err))
     import pandas as pd
 
-    frame = pd.concat(frames, ignore_index=True)
+    frame = pd.concat(frames, ignore_index=True) if heads else None
     layers = pd.concat(layer_frames, ignore_index=True) if esd else None
-    _print_inspect_summary(frame, path)
+    if frame is not None:
+        _print_inspect_summary(frame, path)
+    else:
+        _print_no_attention(checkpoints[-1][1], path, esd)
     if layers is not None:
         _print_esd_table(layers, path)
     if out is not None:
         from dynascope.report.inspect import write_inspect_report
         from dynascope.store import FIGURES_DIR
 
+        if frame is None and layers is None:
+            return  # nothing to write
         csv, page, _ = write_inspect_report(frame, out, f"dynascope inspect: {path}", layers)
-        wrote = f"{csv}, {out / 'layers.csv'}, " if layers is not None else f"{csv}, "
-        print_line(f"wrote {wrote}{page}, {out / FIGURES_DIR}/")
+        written = [csv, out / "layers.csv" if layers is not None else None, page]
+        figures = [f"{out / FIGURES_DIR}/"] if frame is not None else []
+        print_line(f"wrote {', '.join([*(str(p) for p in written if p), *figures])}")
+
+
+def _print_no_attention(model, path: Path, esd: bool) -> None:
+    """The one line for a model without attention layers (exit 0: nothing is wrong)."""
+    from dynascope.inspection import no_attention_message
+
+    after = "; the ESD of every weight matrix follows" if esd else ""
+    print_line(f"{path}: {no_attention_message(model)}{after}", soft_wrap=True)
 
 
 def _inspect_inputs(path: Path, model, text: Path | None, tokens: int | None):
@@ -230,6 +248,8 @@ def _inspect_inputs(path: Path, model, text: Path | None, tokens: int | None):
 
 
 def _print_inspect_summary(frame, path: Path) -> None:
+    from dynascope.keys import HEAD_COLUMN
+
     keys = [c for c in ("step", "layer") if c in frame.columns]
     columns = [
         c
@@ -237,7 +257,7 @@ def _print_inspect_summary(frame, path: Path) -> None:
         if c in frame.columns
     ]
     means = frame.groupby(keys)[columns].mean().reset_index()
-    table = Table(title=f"{path}: mean over heads ({frame['head'].nunique()} per layer)")
+    table = Table(title=f"{path}: mean over heads ({frame[HEAD_COLUMN].nunique()} per layer)")
     for column in keys + columns:
         table.add_column(column, justify="right")
     for row in means.itertuples(index=False):

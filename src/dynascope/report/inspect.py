@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dynascope.keys import HEAD_COLUMN, with_head_index
 from dynascope.report.figures import add_colorbar, new_figure, save_figure
 from dynascope.report.html import write_table_report
 
@@ -33,11 +34,13 @@ def inspect_figures(frame: pd.DataFrame, figures_dir: str | os.PathLike[str]) ->
     """Draw ``heads.png`` (and ``over_steps.png`` for two or more steps) under ``figures_dir``.
 
     Args:
-        frame: a DataFrame returned by :func:`dynascope.inspect`.
+        frame: a DataFrame returned by :func:`dynascope.inspect` (one with the column
+            ``head``, from before dynascope 0.2, is read with a ``DeprecationWarning``).
         figures_dir: where to write the PNGs.
     Returns:
         The paths written.
     """
+    frame = with_head_index(frame)
     figures_dir = Path(figures_dir)
     panels = _panels(frame)
     series = "step" in frame.columns
@@ -47,7 +50,7 @@ def inspect_figures(frame: pd.DataFrame, figures_dir: str | os.PathLike[str]) ->
     ranks = last[["qk_effective_rank", "ov_effective_rank"]].to_numpy(dtype=float)
     rank_limits = (float(ranks.min()), float(ranks.max()))  # one colour scale for both ranks
     for ax, (column, label) in zip(axes, panels, strict=True):
-        grid = last.pivot_table(index="layer", columns="head", values=column, aggfunc="first")
+        grid = last.pivot_table(index="layer", columns=HEAD_COLUMN, values=column, aggfunc="first")
         values = grid.to_numpy(dtype=float)
         limits = rank_limits if column.endswith("effective_rank") else (None, None)
         image = ax.imshow(values, aspect="auto", cmap="viridis", vmin=limits[0], vmax=limits[1])
@@ -80,28 +83,38 @@ def inspect_figures(frame: pd.DataFrame, figures_dir: str | os.PathLike[str]) ->
 
 
 def write_inspect_report(
-    frame: pd.DataFrame,
+    frame: pd.DataFrame | None,
     out: str | os.PathLike[str],
     title: str,
     layers: pd.DataFrame | None = None,
-) -> tuple[Path, Path, list[Path]]:
+) -> tuple[Path | None, Path, list[Path]]:
     """Write ``inspect.csv``, the figures and ``inspect.html`` (self-contained) under ``out``;
     with ``layers`` (:func:`dynascope.inspect_layers`), ``layers.csv`` and its table too.
 
+    Args:
+        frame: the per-head frame of :func:`dynascope.inspect` (one with the column ``head``,
+            from before dynascope 0.2, is read with a ``DeprecationWarning``), or ``None`` for
+            a model without attention layers (then neither ``inspect.csv`` nor figures).
+        out: the directory (created).
+        title: the page's title.
+        layers: the per-matrix frame of :func:`dynascope.inspect_layers`, or ``None``.
     Returns:
-        ``(csv path, html path, figure paths)``.
+        ``(csv path or None, html path, figure paths)``.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    csv = out / "inspect.csv"
-    frame.to_csv(csv, index=False)
-    figures = inspect_figures(frame, out / "figures")
-    keys = [c for c in ("step", "layer") if c in frame.columns]
-    per_layer = frame.drop(columns=["module", "head"]).groupby(keys).mean().reset_index()
-    sections = [
-        ("Per layer (mean over heads)", per_layer.to_dict("records")),
-        ("Per head", frame.to_dict("records")),
-    ]
+    csv, figures, sections = None, [], []
+    if frame is not None:
+        frame = with_head_index(frame)
+        csv = out / "inspect.csv"
+        frame.to_csv(csv, index=False)
+        figures = inspect_figures(frame, out / "figures")
+        keys = [c for c in ("step", "layer") if c in frame.columns]
+        per_layer = frame.drop(columns=["module", HEAD_COLUMN]).groupby(keys).mean().reset_index()
+        sections += [
+            ("Per layer (mean over heads)", per_layer.to_dict("records")),
+            ("Per head", frame.to_dict("records")),
+        ]
     if layers is not None:
         layers.to_csv(out / "layers.csv", index=False)
         sections.append(("Per weight matrix: ESD tail (power law)", layers.to_dict("records")))
