@@ -39,13 +39,18 @@ def _statuses(out: Path) -> dict[str, list[str]]:
     return runs
 
 
+def _resumable(checkpoints: Path) -> list[Path]:
+    """Checkpoints a resume starts from (step 0 is the initialisation: a fresh start)."""
+    return [p for p in checkpoints.glob("step_*.pt") if p.name != "step_0.pt"]
+
+
 @pytest.mark.slow
 def test_a_killed_study_reruns_without_redoing_finished_runs(tmp_path):
     out = tmp_path / "study"
     child = subprocess.Popen([sys.executable, str(CHILD), str(out)], stdout=subprocess.DEVNULL)
     b_checkpoints = out / "runs" / "b" / "checkpoints"
     deadline = time.monotonic() + 120
-    while not list(b_checkpoints.glob("step_*.pt")) and child.poll() is None:
+    while not _resumable(b_checkpoints) and child.poll() is None:
         assert time.monotonic() < deadline, "run b never wrote a checkpoint"
         time.sleep(0.01)
     child.send_signal(signal.SIGKILL)  # mid-way through b: a finished, c not started
