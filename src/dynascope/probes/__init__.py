@@ -73,6 +73,13 @@ from .latent_code import attention_latent_code as attention_latent_code
 from .latent_code import logistic_f1 as logistic_f1
 from .latent_code import ridge_fit as ridge_fit
 from .latent_code import ridge_r2 as ridge_r2
+from .llc import LLC as LLC
+from .llc import LLCCalibration as LLCCalibration
+from .llc import LLCResult as LLCResult
+from .llc import default_n_beta as default_n_beta
+from .llc import head_restriction as head_restriction
+from .llc import llc as llc
+from .llc import llc_calibrate as llc_calibrate
 from .module_alignment import code_r2 as code_r2
 from .module_alignment import fit_code_map as fit_code_map
 from .module_alignment import generated_weight_alignment as generated_weight_alignment
