@@ -16,8 +16,10 @@ from shapes. Registered here, in this order:
     dynascope.nn.MultiHeadAttention   its own per-head parameters (the pattern: ``hook_pattern``)
     torch.nn.MultiheadAttention       ``_torch.py``: packed ``in_proj_weight`` or separate weights
     transformers.GPT2Attention        ``_hf.py``: fused ``Conv1D`` ``c_attn`` ``[in, out]``
-    transformers.LlamaAttention-like  ``_hf.py``: ``q_proj/k_proj/v_proj/o_proj``, grouped K/V
-    transformers.Phi3Attention-like   ``_hf.py``: fused ``qkv_proj`` (Q | K | V rows), ``o_proj``
+    transformers.LlamaAttention-like  ``_hf_rotary.py``: ``q_proj/k_proj/v_proj/o_proj``, grouped
+                                      K/V
+    transformers.Phi3Attention-like   ``_hf_rotary.py``: fused ``qkv_proj`` (Q | K | V rows),
+                                      ``o_proj``
     transformer_lens AbstractAttention ``_transformer_lens.py``: already this layout
 
 :func:`capture_patterns` reads every attention pattern: through a ``hook_pattern``
@@ -39,15 +41,8 @@ from torch import Tensor, nn
 from dynascope.nn.attention import autodiff_transform_active as autodiff_transform_active
 from dynascope.nn.capture import CapturePoint
 
-from ._hf import (
-    eager_attention,
-    fused_qkv_view,
-    gpt2_pattern,
-    gpt2_view,
-    llama_pattern,
-    llama_view,
-    phi3_pattern,
-)
+from ._hf import eager_attention, gpt2_pattern, gpt2_view
+from ._hf_rotary import fused_qkv_view, llama_pattern, llama_view, phi3_pattern
 from ._torch import multihead_attention_pattern, multihead_attention_view, no_mha_fastpath
 from ._transformer_lens import is_pattern_hook, transformer_lens_view
 from ._view import AttentionView as AttentionView
