@@ -5,15 +5,8 @@ Design, thresholds and measured values: ``docs/studies/randomized-algorithms.md`
 """
 
 from .analysis import MAIN_MODELS, analyze, recall_loss_max
-from .runs import (
-    ColouringRun,
-    GridWorldRun,
-    PGPEStep,
-    RecallRun,
-    build_colouring,
-    build_grid_world,
-    build_recall,
-)
+from .grid_world import GridWorldRun, PGPEStep, build_grid_world
+from .runs import ColouringRun, RecallRun, build_colouring, build_recall
 from .study import STUDY, RandomizedAlgorithmsPreset, build_runs, fast_with_colouring
 
 __all__ = [

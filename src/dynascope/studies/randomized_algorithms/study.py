@@ -15,15 +15,9 @@ from dynascope.studies.base import RunSpec, Study
 from dynascope.train import Loop, LRSchedule
 
 from .analysis import MAIN_MODELS, analyze
+from .grid_world import GridWorldRun, build_grid_world
 from .protocol import PROTOCOL
-from .runs import (
-    ColouringRun,
-    GridWorldRun,
-    RecallRun,
-    build_colouring,
-    build_grid_world,
-    build_recall,
-)
+from .runs import ColouringRun, RecallRun, build_colouring, build_recall
 
 __all__ = [
     "CLAIM",
