@@ -10,8 +10,6 @@ thread count). Ray starts once for this module (``ray.init`` takes seconds).
 
 from __future__ import annotations
 
-import importlib
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,6 @@ import torch
 
 from dynascope import studies
 from dynascope.executors import (
-    LocalExecutor,
     ProcessExecutor,
     make_executor,
 )
@@ -30,18 +27,10 @@ STUDY = "autoencoder-greedy-rank"
 
 
 @pytest.fixture(scope="module")
-def stub():
-    sys.path.insert(0, str(HERE))  # children unpickle the stub's runners by module name
-    try:
-        yield importlib.import_module("_stub_study")
-    finally:
-        sys.path.remove(str(HERE))
-
-
-@pytest.fixture(scope="module")
-def local_outcome(tmp_path_factory):
-    out = tmp_path_factory.mktemp("local")
-    return studies.get(STUDY).run(preset="smoke", out=out, executor=LocalExecutor())
+def local_outcome(smoke_run):
+    """The reference: the session's shared smoke run, in-process (``LocalExecutor``, the
+    default executor of ``Study.run``)."""
+    return smoke_run.outcome(STUDY)
 
 
 def _measured(outcome) -> torch.Tensor:
@@ -87,13 +76,13 @@ OTHER_KINDS = ("slingshot", "gradual-rank")
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", OTHER_KINDS)
-def test_process_executor_gives_the_local_values_for_other_kinds_of_run(name, tmp_path):
+def test_process_executor_gives_the_local_values_for_other_kinds_of_run(name, smoke_run, tmp_path):
     study = studies.get(name)
-    local = study.run(preset="smoke", out=tmp_path / "local", executor=LocalExecutor())
+    local = smoke_run.outcome(name)  # in-process, LocalExecutor
     pool = study.run(preset="smoke", out=tmp_path / "pool", executor=ProcessExecutor(workers=2))
     _assert_same_verdicts(pool, local)
     for row in local.runs:  # every logged value, bit for bit
-        a = load_run(tmp_path / "local" / "runs" / row["name"]).scalars
+        a = load_run(smoke_run(name) / "runs" / row["name"]).scalars
         b = load_run(tmp_path / "pool" / "runs" / row["name"]).scalars
         assert (
             a.sort_values(["step", "key"])
@@ -102,8 +91,8 @@ def test_process_executor_gives_the_local_values_for_other_kinds_of_run(name, tm
         ), row["name"]
 
 
-def test_a_raising_run_and_a_dead_process_are_failed_and_the_others_finish(stub, tmp_path):
-    study = stub.make_study(("ok", "die", "raise", "ok"))
+def test_a_raising_run_and_a_dead_process_are_failed_and_the_others_finish(stub_study, tmp_path):
+    study = stub_study.make_study(("ok", "die", "raise", "ok"))
     outcome = study.run(preset="smoke", out=tmp_path, executor=ProcessExecutor(workers=2))
     assert [r["status"] for r in outcome.runs] == ["finished", "failed", "failed", "finished"]
     errors = {
@@ -117,8 +106,8 @@ def test_a_raising_run_and_a_dead_process_are_failed_and_the_others_finish(stub,
     assert outcome.claims[1].measured == 2.0  # analyze saw both finished runs
 
 
-def test_device_is_passed_to_runners_that_take_it(stub, tmp_path):
-    study = stub.make_study(("ok",))
+def test_device_is_passed_to_runners_that_take_it(stub_study, tmp_path):
+    study = stub_study.make_study(("ok",))
     study.run(preset="smoke", out=tmp_path / "cpu", device="auto")  # no CUDA here: cpu
     assert load_run(tmp_path / "cpu" / "runs" / "r0_ok").config["loop"]["device"] == "cpu"
     if not torch.cuda.is_available():
@@ -146,7 +135,7 @@ def ray_local():
 
 @pytest.mark.slow
 def test_ray_local_gives_the_local_verdicts_and_records_failures(
-    ray_local, local_outcome, stub, tmp_path
+    ray_local, local_outcome, stub_study, tmp_path
 ):
     outcome = studies.get(STUDY).run(
         preset="smoke", out=tmp_path / "ae", executor=make_executor("ray")
@@ -154,7 +143,7 @@ def test_ray_local_gives_the_local_verdicts_and_records_failures(
     _assert_same_verdicts(outcome, local_outcome)
     assert ray_local.is_initialized()  # the executor joined the module's Ray, did not stop it
 
-    study = stub.make_study(("ok", "raise", "die"))
+    study = stub_study.make_study(("ok", "raise", "die"))
     outcome = study.run(preset="smoke", out=tmp_path / "stub", executor=make_executor("ray"))
     assert [r["status"] for r in outcome.runs] == ["finished", "failed", "failed"]
     died = load_run(tmp_path / "stub" / "runs" / "r2_die").events.query("kind == 'error'")

@@ -3,7 +3,6 @@ started; a directory holding other configs is refused; a run in use is refused."
 
 from __future__ import annotations
 
-import importlib
 import json
 import shutil
 import signal
@@ -20,15 +19,6 @@ from dynascope.store import RunLock, RunLockedError, load_run
 
 HERE = Path(__file__).parent
 CHILD = HERE / "_resume_child.py"
-
-
-@pytest.fixture(scope="module")
-def stub():
-    sys.path.insert(0, str(HERE))
-    try:
-        yield importlib.import_module("_stub_study")
-    finally:
-        sys.path.remove(str(HERE))
 
 
 def _statuses(out: Path) -> dict[str, list[str]]:
@@ -81,21 +71,30 @@ def test_a_killed_study_reruns_without_redoing_finished_runs(tmp_path):
     assert result["passed"]
 
 
-def test_a_directory_with_other_configs_is_refused_and_fresh_starts_over(stub, tmp_path):
-    stub.make_study(("ok", "ok"), steps=4).run(preset="smoke", out=tmp_path)
-    other = stub.make_study(("ok", "ok"), steps=5)
+def test_a_directory_with_other_configs_is_refused_and_fresh_starts_over(stub_study, tmp_path):
+    stub_study.make_study(("ok", "ok"), steps=4).run(preset="smoke", out=tmp_path)
+    other = stub_study.make_study(("ok", "ok"), steps=5)
     with pytest.raises(ValueError, match=r"holds runs made with other configs \(r0_ok, r1_ok: "):
         other.run(preset="smoke", out=tmp_path)
     assert load_run(tmp_path / "runs" / "r0_ok").scalars["step"].max() == 4  # nothing mixed
     with pytest.raises(ValueError, match="holds study 'stub', not 'other'"):
-        stub.make_study(("ok",), name="other").run(preset="smoke", out=tmp_path)
+        stub_study.make_study(("ok",), name="other").run(preset="smoke", out=tmp_path)
     outcome = other.run(preset="smoke", out=tmp_path, fresh=True)
     assert [r["this_call"] for r in outcome.runs] == ["started", "started"]
     assert load_run(tmp_path / "runs" / "r0_ok").scalars["step"].max() == 5
 
 
-def test_failed_runs_start_again_and_finished_runs_are_kept(stub, tmp_path):
-    study = stub.make_study(("ok", "raise"))
+def test_runs_of_a_directory_without_study_json_are_replaced(stub_study, tmp_path):
+    """Runs written before study.json existed (or by hand) are cleared, not resumed or mixed
+    (moved here from weight-decay-low-rank's smoke test, which now reads a shared run)."""
+    (tmp_path / "runs" / "stale_run").mkdir(parents=True)
+    outcome = stub_study.make_study(("ok",)).run(preset="smoke", out=tmp_path)
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["r0_ok"]
+    assert [r["this_call"] for r in outcome.runs] == ["started"]
+
+
+def test_failed_runs_start_again_and_finished_runs_are_kept(stub_study, tmp_path):
+    study = stub_study.make_study(("ok", "raise"))
     study.run(preset="smoke", out=tmp_path)
     outcome = study.run(preset="smoke", out=tmp_path)
     assert [(r["status"], r["this_call"]) for r in outcome.runs] == [
@@ -107,8 +106,8 @@ def test_failed_runs_start_again_and_finished_runs_are_kept(stub, tmp_path):
     assert (started["kind"] == "error").sum() == 1  # started again: its old store cleared
 
 
-def test_a_kept_run_keeps_its_report_and_a_rerun_run_gets_a_new_one(stub, tmp_path):
-    study = stub.make_study(("ok", "raise"))
+def test_a_kept_run_keeps_its_report_and_a_rerun_run_gets_a_new_one(stub_study, tmp_path):
+    study = stub_study.make_study(("ok", "raise"))
     study.run(preset="smoke", out=tmp_path, run_reports=True)
     reports = {n: tmp_path / "runs" / n / "report.html" for n in ("r0_ok", "r1_raise")}
     for p in reports.values():  # mark the files: a rewrite replaces the marker
@@ -121,8 +120,8 @@ def test_a_kept_run_keeps_its_report_and_a_rerun_run_gets_a_new_one(stub, tmp_pa
     assert reports["r0_ok"].is_file()
 
 
-def test_a_run_in_use_by_another_process_is_refused(stub, tmp_path):
-    study = stub.make_study(("ok", "raise"))
+def test_a_run_in_use_by_another_process_is_refused(stub_study, tmp_path):
+    study = stub_study.make_study(("ok", "raise"))
     study.run(preset="smoke", out=tmp_path)
     lock = RunLock(tmp_path / "runs" / "r1_raise")
     try:
@@ -139,10 +138,10 @@ def _untabled_store(run_dir: Path) -> None:
         db.execute("PRAGMA journal_mode=WAL")
 
 
-def test_a_run_stopped_while_creating_its_store_starts_on_rerun(stub, tmp_path):
+def test_a_run_stopped_while_creating_its_store_starts_on_rerun(stub_study, tmp_path):
     """A Ctrl-C between ``sqlite3.connect`` and the schema left an empty metrics.sqlite, and
     every rerun crashed on it (`no such table: scalars`) until --fresh."""
-    study = stub.make_study(("ok", "ok"))
+    study = stub_study.make_study(("ok", "ok"))
     study.run(preset="smoke", out=tmp_path)
     before = load_run(tmp_path / "runs" / "r0_ok").scalars
     run_dir = tmp_path / "runs" / "r1_ok"

@@ -6,7 +6,6 @@ the same command again keeps the finished run and resumes the stopped one.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import re
@@ -27,12 +26,6 @@ from dynascope.store import load_run
 HERE = Path(__file__).parent
 CHILD = HERE / "_stop_child.py"
 STEPS, SLEEP_S = 30, 0.05  # the stopped run would take 1.5 s
-
-
-@pytest.fixture
-def stub(monkeypatch):
-    monkeypatch.syspath_prepend(str(HERE))
-    return importlib.import_module("_stub_study")
 
 
 def _cli(out: Path, *options: str) -> list[str]:
@@ -90,7 +83,9 @@ def _assert_interrupted(out: Path, signal_name: str, stderr: str) -> None:
 
 
 @pytest.mark.slow
-def test_sigterm_stops_a_custom_runner_cleanly_and_a_rerun_resumes_it(stub, monkeypatch, tmp_path):
+def test_sigterm_stops_a_custom_runner_cleanly_and_a_rerun_resumes_it(
+    stub_study, monkeypatch, tmp_path
+):
     out = tmp_path / "study"
     code, _, stderr = _stop_mid_run(out, signal.SIGTERM)  # what a scheduler sends
     assert code == 143, stderr
@@ -99,7 +94,7 @@ def test_sigterm_stops_a_custom_runner_cleanly_and_a_rerun_resumes_it(stub, monk
     kept = len(load_run(out / "runs" / "r1_slow").scalars.query("key == 'x'"))
 
     # the same command again (in this process, with the child's registry: faster)
-    study = stub.make_study(("ok", "slow"), steps=STEPS, sleep_s=SLEEP_S)
+    study = stub_study.make_study(("ok", "slow"), steps=STEPS, sleep_s=SLEEP_S)
     monkeypatch.setattr(studies, "_registry", lambda: {"stub": study})
     rerun = CliRunner().invoke(app, ["study", "run", "stub", *_cli(out)[4:]])
     assert rerun.exit_code == 0, rerun.output

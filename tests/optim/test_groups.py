@@ -9,22 +9,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import tiny_transformer
 from torch import nn
 
-from dynascope.nn import Transformer
 from dynascope.optim import ROLES, build_optimizer, l2_penalty, parameter_groups, parameter_roles
 
 # Distinct λ per role, so a parameter in the wrong group shows up as a wrong factor.
 LAMBDA = {"attention": 0.5, "matrices": 0.25, "vectors": 0.125}
 LR = 0.1
-
-
-def tiny_transformer(*, use_bias: bool = False) -> Transformer:
-    torch.manual_seed(0)
-    return Transformer(
-        n_layers=2, d_model=12, n_heads=3, d_mlp=7, d_vocab=11, d_out=5, n_ctx=7,
-        use_bias=use_bias,
-    ).double()  # fmt: skip
 
 
 def expected_role(name: str) -> str:

@@ -10,9 +10,7 @@ reports; no ``url(``/``@import`` in the style), and every figure in ``figures/``
 from __future__ import annotations
 
 import base64
-import importlib
 import json
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -22,7 +20,6 @@ from dynascope.config import validate_config
 from dynascope.report.run import report_run
 from dynascope.train import Trainer
 
-HERE = Path(__file__).resolve().parents[1] / "executors"
 VOID = {"meta", "img", "br", "hr", "input", "link", "source", "wbr", "col", "area", "base"}
 
 
@@ -95,17 +92,8 @@ def assert_inlines_every_figure(checker: _Checker, figures_dir: Path) -> None:
     assert files and payloads == files
 
 
-@pytest.fixture(scope="module")
-def stub():
-    sys.path.insert(0, str(HERE))
-    try:
-        yield importlib.import_module("_stub_study")
-    finally:
-        sys.path.remove(str(HERE))
-
-
-def test_study_report_is_self_contained_with_claims_runs_statuses_and_configs(stub, tmp_path):
-    study = stub.make_study(("ok", "raise", "ok"))
+def test_study_report_is_self_contained_with_claims_runs_statuses_and_configs(stub_study, tmp_path):
+    study = stub_study.make_study(("ok", "raise", "ok"))
     outcome = study.run(preset="smoke", out=tmp_path, run_reports=True)
     checker = check_self_contained(tmp_path / "report.html")
     assert_inlines_every_figure(checker, tmp_path / "figures")
@@ -154,8 +142,8 @@ class _CrashingExecutor:
         yield  # pragma: no cover
 
 
-def test_every_run_link_resolves_after_a_fresh_rerun_that_stops(stub, tmp_path):
-    study = stub.make_study(("ok", "ok"))
+def test_every_run_link_resolves_after_a_fresh_rerun_that_stops(stub_study, tmp_path):
+    study = stub_study.make_study(("ok", "ok"))
     study.run(preset="smoke", out=tmp_path, run_reports=True)
     assert len(check_self_contained(tmp_path / "report.html").links) == 2
     with pytest.raises(RuntimeError, match="process died"):  # --fresh deleted the runs

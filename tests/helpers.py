@@ -1,0 +1,163 @@
+"""Helpers the test files share, importable as ``helpers`` (pyproject's pytest ``pythonpath``
+puts ``tests/`` on ``sys.path``; a child process started from a test inserts it itself).
+
+- :class:`Killed`: an exception that stands in for SIGKILL inside the test process.
+- :func:`counting_store_writes`: counts (or SIGKILLs at) the calls of ``RunStore.log``.
+- :class:`SmokeRuns`: each study's smoke preset run once per test session, shared between the
+  xdist workers under a file lock (the ``smoke_run`` fixture of ``tests/conftest.py``).
+- :func:`stored_rows`: every scalar and tensor row of a run, to compare two runs bit for bit.
+- :func:`tiny_transformer`: a seeded float64 :class:`~dynascope.nn.Transformer` with small,
+  pairwise-distinct sizes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import signal
+import sqlite3
+import traceback
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from pathlib import Path
+
+import pytest
+import torch
+from filelock import FileLock
+
+import dynascope.store as store_module
+from dynascope import studies
+from dynascope.nn import Transformer
+from dynascope.studies.base import StudyOutcome
+
+
+class Killed(BaseException):
+    """Stands in for SIGKILL: not an ``Exception``, so no handler of the engine, a runner or the
+    study catches it and no run is recorded as failed."""
+
+
+@contextmanager
+def counting_store_writes(kill_at: int | None = None) -> Iterator[dict[str, int]]:
+    """Count the calls of :meth:`dynascope.store.RunStore.log` made inside the block.
+
+    Args:
+        kill_at: SIGKILL this process at the ``kill_at``-th call, before it writes anything
+            (``None``: only count).
+    Yields:
+        ``{"n": calls so far}``, updated as the block runs.
+    """
+    calls = {"n": 0}
+    log = store_module.RunStore.log
+
+    def counting_log(self, step, values):
+        calls["n"] += 1
+        if calls["n"] == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return log(self, step, values)
+
+    store_module.RunStore.log = counting_log
+    try:
+        yield calls
+    finally:
+        store_module.RunStore.log = log
+
+
+def stored_rows(run_dir: Path) -> dict[str, list[tuple]]:
+    """Every ``scalars`` and ``tensors`` row of a run's ``metrics.sqlite``, sorted, each scalar as
+    its float's hex (bits: -0.0 differs from 0.0; SQLite stores NaN as NULL) and each tensor as
+    its raw bytes: two runs with equal rows stored the same metrics bit for bit."""
+    # a read-write connection reads only, and (as the last one to close) removes the WAL files
+    with closing(sqlite3.connect(run_dir / store_module.METRICS_FILE)) as db:
+        scalars = db.execute("SELECT step, key, value FROM scalars ORDER BY 1, 2").fetchall()
+        tensors = db.execute("SELECT step, key, dtype, shape, data FROM tensors ORDER BY 1, 2")
+        return {
+            "scalars": [(s, k, None if v is None else float(v).hex()) for s, k, v in scalars],
+            "tensors": tensors.fetchall(),
+        }
+
+
+def _files(out: Path) -> list[tuple[str, int]]:
+    """``(path, mtime_ns)`` of every file under ``out`` that a reader never writes (SQLite's
+    read-only connections may create and remove ``-wal``/``-shm`` files and touch the database)."""
+    return sorted(
+        (str(p.relative_to(out)), p.stat().st_mtime_ns)
+        for p in out.rglob("*")
+        if p.is_file() and not p.name.startswith(store_module.METRICS_FILE)
+    )
+
+
+class SmokeRuns:
+    """Each study's smoke preset, run once per test session and shared by every test.
+
+    ``smoke_runs(name)`` returns the study directory of ``studies.get(name).run("smoke", ...)``
+    (default seed, executor and device, one intra-op thread as in every test). The first
+    caller, in whichever xdist worker, runs it under a file lock in ``root`` (the session's
+    base temp directory, shared by the workers); later callers wait for the lock and read the
+    finished run. Files in ``root``: ``NAME/`` the study directory, ``NAME.pickle`` the
+    :class:`StudyOutcome` the run returned, ``NAME.json`` the number of store writes and the
+    directory's file list (written last: the run is complete), ``NAME.failed`` the traceback
+    of a run that raised (every later caller fails with it instead of running it again).
+
+    The directory is read-only to tests: a test that writes (resume, reanalyze, a stale run)
+    copies it first (:meth:`copy`). :meth:`check_untouched` fails the session where a file in
+    it changed.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._used: dict[str, list[tuple[str, int]]] = {}
+
+    def __call__(self, name: str) -> Path:
+        return self._ensure(name)["out"]
+
+    def outcome(self, name: str) -> StudyOutcome:
+        """The :class:`StudyOutcome` of the shared run (its ``out`` is the shared directory)."""
+        self._ensure(name)
+        return pickle.loads((self.root / f"{name}.pickle").read_bytes())
+
+    def writes(self, name: str) -> int:
+        """How many times the shared run called ``RunStore.log`` (every run of the study)."""
+        return self._ensure(name)["writes"]
+
+    def copy(self, name: str, to: Path) -> Path:
+        """A writable copy of the shared study directory at ``to``; returns ``to``."""
+        return Path(shutil.copytree(self(name), to))
+
+    def _ensure(self, name: str) -> dict:
+        out, done = self.root / name, self.root / f"{name}.json"
+        with FileLock(self.root / f"{name}.lock", timeout=1800):
+            if (failed := self.root / f"{name}.failed").is_file():
+                pytest.fail(f"the shared smoke run of {name} failed:\n{failed.read_text()}")
+            if not done.is_file():
+                self._run(name, out, done)
+        info = json.loads(done.read_text())
+        self._used.setdefault(name, [tuple(f) for f in info["files"]])
+        return {"out": out, "writes": info["writes"]}
+
+    def _run(self, name: str, out: Path, done: Path) -> None:
+        shutil.rmtree(out, ignore_errors=True)
+        try:
+            with counting_store_writes() as calls:
+                outcome = studies.get(name).run(preset="smoke", out=out)
+        except Exception:
+            (self.root / f"{name}.failed").write_text(traceback.format_exc())
+            raise
+        (self.root / f"{name}.pickle").write_bytes(pickle.dumps(outcome))
+        done.write_text(json.dumps({"writes": calls["n"], "files": _files(out)}))
+
+    def check_untouched(self) -> None:
+        """Fail where a test wrote into a shared directory this process used."""
+        changed = [name for name, files in self._used.items() if _files(self.root / name) != files]
+        if changed:
+            pytest.fail(f"tests wrote into the shared smoke runs of {changed}: copy them first")
+
+
+def tiny_transformer(*, seed: int = 0, **overrides) -> Transformer:
+    """A float64 :class:`Transformer` with 2 layers, d_model 12, n_heads 3, d_mlp 7, d_vocab 11,
+    d_out 5, n_ctx 7 (pairwise-distinct sizes), initialized from ``torch.manual_seed(seed)``;
+    ``overrides`` replace any constructor argument."""
+    torch.manual_seed(seed)
+    config = dict(n_layers=2, d_model=12, n_heads=3, d_mlp=7, d_vocab=11, d_out=5, n_ctx=7)
+    return Transformer(**(config | overrides)).double()
