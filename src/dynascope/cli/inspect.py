@@ -35,8 +35,7 @@ def show(
         float | None, typer.Option(help="stop following after this many seconds")
     ] = None,
 ) -> None:
-    """Summary table of a run: status and the last value of every scalar; of a study: each
-    run's state, step, loss and ETA.
+    """Summary of a run (status, last scalars) or of a study (each run's state, step, ETA).
 
     With --follow, the table is re-read every --interval seconds until the run's status is
     final (finished, diverged, interrupted) or the study ends, --timeout passes, or Ctrl-C.
@@ -148,8 +147,10 @@ def inspect(
         bool, typer.Option(help="fit the heavy tail of every weight matrix's ESD (per layer)")
     ] = True,
 ) -> None:
-    """Analyse a model's attention heads (W_QK/W_OV ranks and norms, attention entropy) and the
-    ESD tail (alpha, KS distance) of every weight matrix.
+    """Analyse a model's attention heads and the ESD tail of every weight matrix.
+
+    Per head: W_QK/W_OV ranks and norms, attention entropy. Per weight matrix: the ESD's
+    power-law tail (alpha, KS distance).
 
     A model without attention layers (an MLP) gets one line saying so, then the ESD table;
     exit 0.
