@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Callable
+from inspect import cleandoc
 from typing import Annotated
 
 import typer
@@ -98,23 +100,46 @@ def _main_options(
     """Instruments and re-runnable studies for the science of training dynamics."""
 
 
-app.command()(run.run)
-app.command()(run.resume)
-app.command()(inspect.show)
-app.command()(inspect.report)
-app.command()(compare.compare)
-app.command()(inspect.inspect)
+def _help(command: Callable[..., None]) -> str:
+    """The command's docstring with each prose paragraph on one line.
+
+    Typer's rich help keeps a docstring's line breaks after its first paragraph, so a
+    paragraph wrapped at 100 columns in the source would break mid-sentence at 80. A
+    paragraph holding a list item or an indented line is kept as it is.
+    """
+    paragraphs = cleandoc(command.__doc__ or "").split("\n\n")
+    return "\n\n".join(
+        text
+        if any(line.startswith((" ", "-", "*")) for line in text.splitlines())
+        else " ".join(text.split("\n"))
+        for text in paragraphs
+    )
+
+
+def _add(group: typer.Typer, command: Callable[..., None], name: str | None = None, **kw) -> None:
+    group.command(name, help=_help(command), **kw)(command)
+
+
+for _command in (
+    run.run,
+    run.resume,
+    inspect.show,
+    inspect.report,
+    compare.compare,
+    inspect.inspect,
+):
+    _add(app, _command)
 
 study_app = typer.Typer(help="List and run studies (published findings).", no_args_is_help=True)
-study_app.command("list")(study.study_list)
-study_app.command("run")(study.study_run)
-study_app.command("table")(study_docs.study_table)
-study_app.command("docs")(study_docs.study_docs)
-study_app.command("catalog", hidden=True)(study.study_catalog)
+_add(study_app, study.study_list, "list")
+_add(study_app, study.study_run, "run")
+_add(study_app, study_docs.study_table, "table")
+_add(study_app, study_docs.study_docs, "docs")
+_add(study_app, study.study_catalog, "catalog", hidden=True)
 app.add_typer(study_app, name="study")
 
 config_app = typer.Typer(help="Check run configs.", no_args_is_help=True)
-config_app.command("validate")(config.config_validate)
+_add(config_app, config.config_validate, "validate")
 app.add_typer(config_app, name="config")
 
 
