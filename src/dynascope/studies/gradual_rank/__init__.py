@@ -4,9 +4,10 @@ Abbe et al., "Transformers learn through gradual rank increase", arXiv 2306.0704
 thresholds and measured values: ``docs/studies/gradual-rank.md``.
 """
 
-from .analysis import (
+from .analysis import analyze
+from .runs import ToyRun, build_toy
+from .stages import (
     active_counts,
-    analyze,
     find_drops,
     midpoint_rise,
     plateaus,
@@ -14,7 +15,6 @@ from .analysis import (
     switch_on_index,
     switched_on,
 )
-from .runs import ToyRun, build_toy
 from .study import SGD_LR, SGD_MOMENTUM, STUDY, VIT_FAST_STEPS, GradualRankPreset, build_runs
 
 __all__ = [

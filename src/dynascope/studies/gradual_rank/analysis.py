@@ -27,16 +27,7 @@ from .stages import rescaled_time as rescaled_time
 from .stages import switch_on_index as switch_on_index
 from .stages import switched_on as switched_on
 
-__all__ = [
-    "active_counts",
-    "analyze",
-    "find_drops",
-    "midpoint_rise",
-    "plateaus",
-    "rescaled_time",
-    "switch_on_index",
-    "switched_on",
-]
+__all__ = ["analyze"]  # and the stage readers of .stages, imported above
 
 T2_MAX_ALPHA = 1e-2  # t2 reads the runs at α <= this
 V1_SRANK_FRACTION = PROTOCOL.claim("v1-end").threshold  # srank(Δ_QK) at the end <= d_head / 4

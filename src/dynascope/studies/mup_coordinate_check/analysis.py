@@ -193,12 +193,7 @@ def _c3_rows(groups: dict[str, list[Run]]) -> list[dict]:
 def _transfer_rows(groups: dict[str, list[Run]]) -> list[dict]:
     rows = []
     for runs in groups.values():
-        by_width: dict[int, list[tuple[float, float]]] = {}
-        for run in runs:
-            loss = run.scalar("eval.train_loss")
-            value = float(loss.iloc[-1]) if run.status == "finished" and len(loss) else math.nan
-            by_width.setdefault(int(run.config["width"]), []).append((run.config["lr"], value))
-        for width, points in sorted(by_width.items()):
+        for width, points in sorted(figures.transfer_points(runs).items()):
             finite = [p for p in points if math.isfinite(p[1])]
             best = min(finite, key=lambda p: p[1]) if finite else (math.nan, math.nan)
             rows.append(

@@ -10,7 +10,7 @@ from dynascope.probes.coordcheck import CoordRecord, plot_coord_check
 from dynascope.report import new_figure, save_figure
 from dynascope.store import Run
 
-__all__ = ["c3_figure", "coord_figures", "transfer_figure"]
+__all__ = ["c3_figure", "coord_figures", "transfer_figure", "transfer_points"]
 
 
 def coord_figures(
@@ -44,16 +44,22 @@ def c3_figure(rows: list[dict], figures: Path) -> Path:
     return save_figure(fig, figures / "c3_feature_change.png")
 
 
+def transfer_points(runs: list[Run]) -> dict[int, list[tuple[float, float]]]:
+    """``{width: [(Adam lr, final eval.train_loss), ...]}`` of one parametrization's transfer
+    runs, in run order; NaN for a run that did not finish or logged no loss."""
+    by_width: dict[int, list[tuple[float, float]]] = {}
+    for run in runs:
+        loss = run.scalar("eval.train_loss")
+        value = float(loss.iloc[-1]) if run.status == "finished" and len(loss) else math.nan
+        by_width.setdefault(int(run.config["width"]), []).append((run.config["lr"], value))
+    return by_width
+
+
 def transfer_figure(groups: dict[str, list[Run]], figures: Path) -> Path:
     """Learning-rate transfer: final training loss vs Adam lr, one line per width."""
     fig, axes = new_figure(len(groups), title="learning-rate transfer (Adam): final train loss")
     for ax, runs in zip(axes, groups.values()):
-        by_width: dict[int, list[tuple[float, float]]] = {}
-        for run in runs:
-            loss = run.scalar("eval.train_loss")
-            value = float(loss.iloc[-1]) if run.status == "finished" and len(loss) else math.nan
-            by_width.setdefault(int(run.config["width"]), []).append((run.config["lr"], value))
-        for width, points in sorted(by_width.items()):
+        for width, points in sorted(transfer_points(runs).items()):
             points.sort()
             ax.plot([p[0] for p in points], [p[1] for p in points], "o-", ms=3, label=f"w={width}")
         ax.set_xscale("log")
