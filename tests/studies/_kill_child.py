@@ -1,33 +1,22 @@
-"""Child process for test_resume_every_study: run a study's smoke preset, counting store writes
-(``count OUT FILE``) or killing itself with SIGKILL at the N-th write (``kill OUT N``)."""
+"""Child process for test_resume_every_study: run a study's smoke preset into OUT and SIGKILL
+itself at the N-th store write (``RunStore.log`` call), before that write: ``NAME OUT N``."""
 
-import os
-import signal
 import sys
+from pathlib import Path
 
 import torch
 
-import dynascope.store as store_module
-from dynascope import studies
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/: the shared helpers
+from helpers import counting_store_writes  # noqa: E402
+
+from dynascope import studies  # noqa: E402
 
 
 def main() -> None:
-    name, mode, out, arg = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+    name, out, kill_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
     torch.set_num_threads(1)  # as the test session (tests/conftest.py)
-    calls = {"n": 0}
-    log = store_module.RunStore.log
-
-    def counting_log(self, step, values):
-        calls["n"] += 1
-        if mode == "kill" and calls["n"] == int(arg):
-            os.kill(os.getpid(), signal.SIGKILL)
-        return log(self, step, values)
-
-    store_module.RunStore.log = counting_log
-    studies.get(name).run(preset="smoke", out=out)
-    if mode == "count":
-        with open(arg, "w") as f:
-            f.write(str(calls["n"]))
+    with counting_store_writes(kill_at=kill_at):
+        studies.get(name).run(preset="smoke", out=out)
 
 
 if __name__ == "__main__":

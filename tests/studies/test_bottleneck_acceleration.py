@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers import Killed, stored_rows
 
 from dynascope import studies
 from dynascope.probes.kernels import analytic_ntk_relu, kernel_gd_predictions
@@ -275,13 +276,9 @@ def test_presets_build_the_planned_runs():
         1000, 1001, 1002}  # fmt: skip
 
 
-class Killed(BaseException):
-    """Stands in for SIGKILL: no handler of the engine or the study catches it."""
-
-
-def test_smoke_killed_midway_resumes_and_ends_as_an_uninterrupted_run(tmp_path, monkeypatch):
-    whole = STUDY.run(preset="smoke", out=tmp_path / "whole")
-    data = json.loads((tmp_path / "whole" / "verdict.json").read_text())
+def test_smoke_preset_end_to_end(smoke_out):
+    whole, out = smoke_out
+    data = json.loads((out / "verdict.json").read_text())
     assert [c["claim"].split(":")[0] for c in data["claims"]] == ["b1", "b2", "b3"]
     assert data["protocol"]["sha256"] == PROTOCOL.sha256
     # smoke's 3 seeds are below the contract's 5: plumbing only, every verdict inconclusive
@@ -290,12 +287,21 @@ def test_smoke_killed_midway_resumes_and_ends_as_an_uninterrupted_run(tmp_path, 
     # b1's control: each lazy twin's exact steps to the target (not its 200-step budget)
     b1 = whole.claims[0]
     for seed in b1.seeds:
-        exact = [load_run(tmp_path / "whole" / "runs" / f"lazy_d4_n{n}_seed{seed - b1.seeds[0]}")
+        exact = [load_run(out / "runs" / f"lazy_d4_n{n}_seed{seed - b1.seeds[0]}")
                  .last("kgd.steps_to_target") for n in (32, 64)]  # fmt: skip
-        kernel = load_run(tmp_path / "whole" / "runs" / f"kernel_seed{seed - b1.seeds[0]}")
+        kernel = load_run(out / "runs" / f"kernel_seed{seed - b1.seeds[0]}")
         k_steps = measure_run("kernel", kernel)["steps_to_target"]
         assert b1.control.per_seed[seed] == pytest.approx(max(exact) / k_steps, rel=1e-12)
         assert max(exact) > 201  # past the twin's budget: it would have been censored
+
+
+def test_smoke_killed_in_the_kernel_run_resumes_and_ends_as_an_uninterrupted_run(
+    smoke_out, tmp_path, monkeypatch
+):
+    """Kept beside test_resume_every_study: it kills the kernel-GD run (its own step, not the
+    engine's nets), which runs first; the shared test's kill, at half the store writes, lands
+    in a bottleneck net run."""
+    whole, out = smoke_out
     real, calls = runs_module.KernelGD.__call__, {"n": 0}
 
     def dies_at_step_100(self, *args):
@@ -316,7 +322,5 @@ def test_smoke_killed_midway_resumes_and_ends_as_an_uninterrupted_run(tmp_path, 
     cut = STUDY.run(preset="smoke", out=tmp_path / "cut", on_run=on_run)
     assert done["kernel_seed0"] == "resumed" and "restarted" not in done.values()
     for name in done:
-        a = load_run(tmp_path / "whole" / "runs" / name).scalar("train.mse")
-        b = load_run(tmp_path / "cut" / "runs" / name).scalar("train.mse")
-        np.testing.assert_array_equal(b.to_numpy(), a.to_numpy())
+        assert stored_rows(tmp_path / "cut" / "runs" / name) == stored_rows(out / "runs" / name)
     assert [c.per_seed for c in cut.claims] == [c.per_seed for c in whole.claims]

@@ -49,9 +49,9 @@ def test_presets():
     assert cfgs["hyper_connected_s0"].batch_size == 128
 
 
-def test_smoke_end_to_end(tmp_path):
-    STUDY.run(preset="smoke", out=tmp_path)
-    data = json.loads((tmp_path / "verdict.json").read_text())
+def test_smoke_end_to_end(smoke_out):
+    _, out = smoke_out
+    data = json.loads((out / "verdict.json").read_text())
     assert [c["claim"][:2] for c in data["claims"]] == ["1:", "1b"]
     rows = {r["run"]: r for r in data["tables"]["per run"]}
 
@@ -80,7 +80,7 @@ def test_smoke_end_to_end(tmp_path):
     assert data["protocol"]["sha256"] == PROTOCOL.sha256
     assert data["tables"]["not run"][0]["claim"].startswith("2:")
     assert all(run["status"] == "finished" for run in data["runs"])
-    assert len(list((tmp_path / "figures").glob("*.png"))) == 1
+    assert len(list((out / "figures").glob("*.png"))) == 1
 
 
 def test_config_rejects_bad_values():

@@ -38,12 +38,10 @@ def test_presets_follow_s6():
     ]  # fmt: skip
     assert PROTOCOL.seeds["fast"] == STUDY.preset("fast").seeds == 5
     # the ablation arms: the same runs with the gates removed, nothing else changed
-    assert fast["b_teacher_h32_s0"].model_copy(update={"gating": False}) == fast[
-        "b_ungated_h32_s0"
-    ]
-    assert fast["c_icl_grnn_s0"].model_copy(update={"gating": False}) == fast[
-        "c_icl_grnn_ungated_s0"
-    ]
+    assert fast["b_teacher_h32_s0"].model_copy(update={"gating": False}) == fast["b_ungated_h32_s0"]
+    assert (
+        fast["c_icl_grnn_s0"].model_copy(update={"gating": False}) == fast["c_icl_grnn_ungated_s0"]
+    )
     ts = fast["b_teacher_h32_s0"]
     assert (ts.d_model, ts.n_heads, ts.d_head, ts.n_ctx, ts.loop.steps, ts.batch_size, ts.lr) == (
         4, 1, 4, 12, 3000, 64, 1e-3,
@@ -72,12 +70,6 @@ def test_nu_learning_rate_covers_the_polarization_distance_in_a_tenth_of_the_ste
     assert travel == pytest.approx(2.6036, abs=1e-4)
     assert nu_learning_rate(3000) == pytest.approx(travel / 300)
     assert nu_learning_rate(3000) == pytest.approx(8.68e-3, abs=1e-5)
-
-
-@pytest.fixture(scope="module")
-def smoke_out(tmp_path_factory):
-    out = tmp_path_factory.mktemp("grnn")
-    return STUDY.run(preset="smoke", out=out), out
 
 
 def test_smoke_preset_end_to_end(smoke_out):

@@ -353,52 +353,19 @@ def test_presets_validate_and_fast_matches_s10():
         ToyRun(loop=Loop(steps=1), alphas=[1.5])
 
 
-def test_smoke_preset_end_to_end(tmp_path):
-    outcome = studies.get("gradual-rank").run(preset="smoke", out=tmp_path)
-    data = json.loads((tmp_path / "verdict.json").read_text(), parse_constant=pytest.fail)
+def test_smoke_preset_end_to_end(smoke_out):
+    """The shared smoke run; its SIGKILL-resume is test_resume_every_study's, whose kill (at
+    half the store writes) lands in a toy run after its checkpoint at step 250, as the kill
+    test here did (it compares every stored row, the toy's loss traces included)."""
+    outcome, out = smoke_out
+    data = json.loads((out / "verdict.json").read_text(), parse_constant=pytest.fail)
     assert data["study"] == "gradual-rank" and data["preset"] == "smoke"
     assert [c["claim"].split(":")[0] for c in data["claims"]] == CLAIMS
     for claim in data["claims"]:  # computed; null = not measurable at smoke size (one α: t3)
         assert claim["measured"] is None or isinstance(claim["measured"], float)
         assert isinstance(claim["passed"], bool)
     assert [r["status"] for r in data["runs"]] == ["finished"] * 5
-    figures = sorted(p.name for p in (tmp_path / "figures").glob("*.png"))
+    figures = sorted(p.name for p in (out / "figures").glob("*.png"))
     assert figures == ["toy_entries.png", "toy_loss.png", "vit_delta_spectra.png", "vit_srank.png"]
-    assert (tmp_path / "report.html").read_text().count("data:image/png;base64") == 4
+    assert (out / "report.html").read_text().count("data:image/png;base64") == 4
     assert outcome.passed == all(c["passed"] for c in data["claims"])
-
-
-class _Killed(BaseException):
-    """Stands for SIGKILL: not an Exception, so no runner records a failure."""
-
-
-def test_smoke_toy_killed_mid_way_resumes_to_identical_metrics(tmp_path, monkeypatch):
-    from dynascope.studies.gradual_rank import runs as runs_module
-
-    whole = tmp_path / "whole"
-    STUDY.run(preset="smoke", out=whole)
-    real, calls = runs_module._GDStep.__call__, {"n": 0}
-
-    def dying(self, model, batch, ctx):
-        calls["n"] += 1
-        if calls["n"] == 300:  # after the checkpoint at step 250 of toy_s0
-            raise _Killed
-        return real(self, model, batch, ctx)
-
-    monkeypatch.setattr(runs_module._GDStep, "__call__", dying)
-    with pytest.raises(_Killed):
-        STUDY.run(preset="smoke", out=tmp_path / "killed")
-    assert load_run(tmp_path / "killed" / "runs" / "toy_s0").status == "running"
-    monkeypatch.setattr(runs_module._GDStep, "__call__", real)
-    actions = {}
-    STUDY.run(
-        preset="smoke",
-        out=tmp_path / "killed",
-        on_run=lambda name, status, seconds, action: actions.__setitem__(name, action),
-    )
-    assert actions["toy_s0"] == "resumed" and "restarted" not in actions.values()
-    for name in ("toy_s0", "toy_s1"):
-        a, b = load_run(whole / "runs" / name), load_run(tmp_path / "killed" / "runs" / name)
-        for key in ("loss", "train.loss"):  # one α: the traces are scalars
-            assert a.scalar(key).equals(b.scalar(key)), (name, key)
-            assert len(a.scalar(key)) >= 50

@@ -57,9 +57,9 @@ def test_presets_and_runs():
     )
 
 
-def test_smoke_end_to_end(tmp_path):
-    outcome = STUDY.run(preset="smoke", out=tmp_path)
-    data = json.loads((tmp_path / "verdict.json").read_text())
+def test_smoke_end_to_end(smoke_out):
+    outcome, out = smoke_out
+    data = json.loads((out / "verdict.json").read_text())
     assert [r["status"] for r in data["runs"]] == ["finished"] * 9
     (claim,) = data["claims"]
     test = {r["run"]: r["test.r2"] for r in data["tables"]["per run"]}
@@ -84,7 +84,7 @@ def test_smoke_end_to_end(tmp_path):
     assert outcome.passed is False
     per_run = data["tables"]["per run"]
     assert all(math.isfinite(r["probe.id.r2_best_layer"]) for r in per_run)
-    assert len(list((tmp_path / "figures").glob("*.png"))) == 3
+    assert len(list((out / "figures").glob("*.png"))) == 3
 
 
 def test_sraven_build_and_claim(tmp_path):

@@ -30,9 +30,9 @@ def test_presets_build_five_seeds_per_model_with_fixed_depth_seeds_as_one_ensemb
     fast = {s.name: s.config for s in specs}
     assert fast["ut_act_s0"].model_copy(update={"model": "hyper_ut"}) == fast["hyper_ut_s0"]
     # u1's ablation: the same UT-ACT run with its training labels shuffled, nothing else
-    assert fast["ut_act_s0"].model_copy(update={"shuffle_labels": True}) == fast[
-        "ut_act_shuffled_s0"
-    ]
+    assert (
+        fast["ut_act_s0"].model_copy(update={"shuffle_labels": True}) == fast["ut_act_shuffled_s0"]
+    )
     assert [fast[f"ut_act_s{k}"].seed for k in range(5)] == [0, 1, 2, 3, 4]
     assert [s.config.seed for s in build_runs(STUDY.preset("fast"), 1000)][:3] == [
         1000, 1001, 1002,
@@ -58,12 +58,6 @@ def test_shuffled_labels_change_only_the_training_labels():
     a = plain.data(torch.Generator().manual_seed(0))
     b = shuffled.data(torch.Generator().manual_seed(0))
     assert torch.equal(a["x"], b["x"]) and not torch.equal(a["y"], b["y"])
-
-
-@pytest.fixture(scope="module")
-def smoke_out(tmp_path_factory):
-    out = tmp_path_factory.mktemp("hut")
-    return STUDY.run(preset="smoke", out=out), out
 
 
 def test_smoke_preset_end_to_end(smoke_out):

@@ -31,9 +31,9 @@ from dynascope.train import Loop, run_members
 STUDY = studies.get("modular-teacher-student")
 
 
-def test_smoke_preset_runs_end_to_end_with_the_verdict_contract(tmp_path):
-    STUDY.run("smoke", tmp_path)
-    info = json.loads((tmp_path / "verdict.json").read_text())
+def test_smoke_preset_runs_end_to_end_with_the_verdict_contract(smoke_out):
+    _, out = smoke_out
+    info = json.loads((out / "verdict.json").read_text())
     claims = info["claims"]
     assert [c["claim"][:2] for c in claims] == ["s1", "s2"]
     assert all(r["status"] == "finished" for r in info["runs"])
@@ -50,7 +50,7 @@ def test_smoke_preset_runs_end_to_end_with_the_verdict_contract(tmp_path):
         assert claim["control"]["kind"] == "ablation"
         assert claim["control"]["per_seed"] != claim["per_seed"]
     assert info["protocol"]["sha256"] == PROTOCOL.sha256
-    assert (tmp_path / "figures" / "identification.png").is_file()
+    assert (out / "figures" / "identification.png").is_file()
 
 
 def test_component_masks_split_the_two_triangles():

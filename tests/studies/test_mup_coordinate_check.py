@@ -38,12 +38,6 @@ def test_presets_validate_and_build_the_expected_runs():
     assert {"coord_standard_sgd", "coord_mup_adam_eps-width", "lr_transfer_mup_adam"} <= paper
 
 
-@pytest.fixture(scope="module")
-def smoke_out(tmp_path_factory):
-    out = tmp_path_factory.mktemp("mup")
-    return STUDY.run(preset="smoke", out=out), out
-
-
 def test_smoke_preset_end_to_end(smoke_out):
     outcome, out = smoke_out
     data = json.loads((out / "verdict.json").read_text())

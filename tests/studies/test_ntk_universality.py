@@ -106,12 +106,6 @@ def test_presets_validate_and_match_the_registry():
     assert len(build_runs(STUDY.preset("paper"))) == 2 * 3 * 8 * 10
 
 
-@pytest.fixture(scope="module")
-def smoke_out(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ntk")
-    return STUDY.run(preset="smoke", out=out), out
-
-
 def test_smoke_preset_end_to_end(smoke_out):
     outcome, out = smoke_out
     data = json.loads((out / "verdict.json").read_text(), parse_constant=pytest.fail)

@@ -198,9 +198,9 @@ def test_a_crashed_run_resumes_to_the_same_metrics(tmp_path):
     )
 
 
-def test_smoke_preset_end_to_end(tmp_path):
-    outcome = STUDY.run(preset="smoke", out=tmp_path)
-    data = json.loads((tmp_path / "verdict.json").read_text(), parse_constant=pytest.fail)
+def test_smoke_preset_end_to_end(smoke_out):
+    outcome, out = smoke_out
+    data = json.loads((out / "verdict.json").read_text(), parse_constant=pytest.fail)
     assert [c["claim"].split(" ")[0] for c in data["claims"]] == ["p1", "p2", "p3"]
     assert all(r["status"] == "finished" for r in data["runs"])
     assert len(data["runs"]) == 7
@@ -221,5 +221,5 @@ def test_smoke_preset_end_to_end(tmp_path):
         assert row["self-match recovered (weight)"] == 1.0
         assert row["self-match recovered (activation)"] >= 1.0 - row["dead units"]
         assert abs(row["self barrier (nats)"]) < 1e-6
-    assert len(list((tmp_path / "figures").glob("*.png"))) == 3
+    assert len(list((out / "figures").glob("*.png"))) == 3
     assert outcome.status == "inconclusive"

@@ -144,9 +144,9 @@ def test_missing_runs_give_nan_and_fail(tmp_path):
     assert all(math.isnan(v.measured) and v.status == "inconclusive" for v in analysis.verdicts)
 
 
-def test_smoke_end_to_end(tmp_path):
-    outcome = STUDY.run(preset="smoke", out=tmp_path)
-    info = json.loads((tmp_path / "verdict.json").read_text())
+def test_smoke_end_to_end(smoke_out):
+    outcome, out = smoke_out
+    info = json.loads((out / "verdict.json").read_text())
     assert [r["status"] for r in info["runs"]] == ["finished"] * 14  # 4 recall arms × 3, 2 colour
     for claim in info["claims"]:
         assert len(claim["per_seed"]) == 3 and claim["control"]["status"] is not None
@@ -154,9 +154,9 @@ def test_smoke_end_to_end(tmp_path):
         assert claim["status"] == "inconclusive" and claim["control"]["kind"] == "ablation"
     assert info["protocol"]["sha256"] == PROTOCOL.sha256
     assert len(outcome.claims) == 3
-    ablation = load_run(tmp_path / "runs" / "recall_lq_m1_s0").config
+    ablation = load_run(out / "runs" / "recall_lq_m1_s0").config
     assert (ablation["random_seeds"], ablation["m_seeds"], ablation["q"]) == (True, 1, 32.0)
-    run = load_run(tmp_path / "runs" / "recall_lq_fixed_s0")
+    run = load_run(out / "runs" / "recall_lq_fixed_s0")
     assert run.config["random_seeds"] is False and run.config["m_seeds"] == 1
     # a fixed-seed model is deterministic: zero variance, per-input success in {0, 1}
     # (identical float32 probabilities: the variance is 0 up to rounding of their mean)
@@ -171,7 +171,7 @@ def test_smoke_end_to_end(tmp_path):
     assert [(r["n"], r["q"], r["cycles"]) for r in per_q] == [(5, 1.0, 12), (5, 10.0, 12)]
     for row in per_q:
         # oracle: recompute both rates from the stored per-cycle success over the 4 seeds
-        s = load_run(tmp_path / "runs" / row["runs"]).tensors("eval.per_input_success")[1][-1]
+        s = load_run(out / "runs" / row["runs"]).tensors("eval.per_input_success")[1][-1]
         assert set(np.unique(s * 4)) <= {0.0, 1.0, 2.0, 3.0, 4.0}
         assert row["single_seed"] == pytest.approx(float(s.mean()), abs=1e-6)
         assert row["majority"] == pytest.approx(float(np.mean(s > 0.5)), abs=1e-6)
@@ -180,7 +180,7 @@ def test_smoke_end_to_end(tmp_path):
         rows for name, rows in outcome.tables.items() if name.startswith("cycle colouring trend")
     ]
     assert trend[0]["delta_majority"] == pytest.approx(per_q[1]["majority"] - per_q[0]["majority"])
-    assert (tmp_path / "figures" / "colouring_trend.png").exists()
+    assert (out / "figures" / "colouring_trend.png").exists()
 
 
 def _planted_colouring(tmp_path, values: dict[str, tuple[int, float, float, list[float]]]):

@@ -1,41 +1,38 @@
 """Every study survives a SIGKILL: its smoke run, killed half-way through its store writes and
-run again into the same directory, resumes (never restarts) and ends with the same metrics as
-an uninterrupted run, bit for bit (one intra-op thread, CPU)."""
+run again into the same directory, resumes (never restarts) and ends with the same metrics and
+verdicts as an uninterrupted run, bit for bit (one intra-op thread, CPU).
+
+The uninterrupted run is the session's shared smoke run (``smoke_run``), which also counted
+its store writes; the killed run is a child process that SIGKILLs itself at half that count.
+Every stored row is compared: each scalar's float bits and each tensor's bytes, in every run.
+"""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
+from helpers import stored_rows
 
 from dynascope import studies
-from dynascope.store import load_run
+from dynascope.store import VERDICT_FILE
 
 CHILD = Path(__file__).with_name("_kill_child.py")
 
 
-def _child(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(CHILD), *args], capture_output=True, text=True, timeout=900
-    )
-
-
-def _scalars(run_dir: Path) -> pd.DataFrame:
-    frame = load_run(run_dir).scalars
-    return frame.sort_values(["step", "key"]).reset_index(drop=True)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", studies.names())
-def test_killed_smoke_study_resumes_to_identical_metrics(tmp_path, name):
-    full, cut, count = tmp_path / "full", tmp_path / "cut", tmp_path / "count.txt"
-    done = _child(name, "count", str(full), str(count))
-    assert done.returncode == 0, done.stderr[-2000:]
-    writes = int(count.read_text())
-    killed = _child(name, "kill", str(cut), str(writes // 2))
+def test_killed_smoke_study_resumes_to_identical_metrics(smoke_run, tmp_path, name):
+    full, cut = smoke_run(name), tmp_path / "cut"
+    killed = subprocess.run(
+        [sys.executable, str(CHILD), name, str(cut), str(smoke_run.writes(name) // 2)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert killed.returncode == -9, killed.stderr[-2000:]
 
     actions: dict[str, str] = {}
@@ -47,5 +44,9 @@ def test_killed_smoke_study_resumes_to_identical_metrics(tmp_path, name):
         )
     assert "restarted" not in actions.values(), actions
     assert "resumed" in actions.values(), actions
-    for run_dir in sorted((full / "runs").iterdir()):
-        pd.testing.assert_frame_equal(_scalars(run_dir), _scalars(cut / "runs" / run_dir.name))
+    names = sorted(p.name for p in (full / "runs").iterdir())
+    assert sorted(p.name for p in (cut / "runs").iterdir()) == names
+    for run in names:
+        assert stored_rows(cut / "runs" / run) == stored_rows(full / "runs" / run), run
+    claims = [json.loads((d / VERDICT_FILE).read_text())["claims"] for d in (full, cut)]
+    assert claims[1] == claims[0]

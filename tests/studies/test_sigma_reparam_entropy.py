@@ -6,6 +6,7 @@ import json
 import math
 
 import pytest
+from helpers import Killed, stored_rows
 
 from dynascope import studies
 from dynascope.store import RunStore, load_run
@@ -270,9 +271,9 @@ def test_presets_validate_and_vary_only_lr_and_method():
     assert not pre_ln_runs["sigma_lr0.03_s0"].model.use_ln
 
 
-def test_smoke_preset_end_to_end(tmp_path):
-    outcome = STUDY.run(preset="smoke", out=tmp_path)
-    data = json.loads((tmp_path / "verdict.json").read_text(), parse_constant=pytest.fail)
+def test_smoke_preset_end_to_end(smoke_out):
+    outcome, out = smoke_out
+    data = json.loads((out / "verdict.json").read_text(), parse_constant=pytest.fail)
     assert data["study"] == "sigma-reparam-entropy" and data["preset"] == "smoke"
     assert [c["claim"].split(":")[0] for c in data["claims"]] == CLAIMS
     for claim in data["claims"]:
@@ -290,39 +291,39 @@ def test_smoke_preset_end_to_end(tmp_path):
         if (method, lr) != ("sigma", "0.001")
     ]
     assert all(r["status"] in ("finished", "diverged") for r in data["runs"])
-    assert sorted(p.name for p in (tmp_path / "figures").glob("*.png")) == [
+    assert sorted(p.name for p in (out / "figures").glob("*.png")) == [
         "entropy_loss_over_steps.png",
         "lr_sweep.png",
         "qk_sigma_over_steps.png",
     ]
-    assert (tmp_path / "report.html").read_text().count("data:image/png;base64") == 3
+    assert (out / "report.html").read_text().count("data:image/png;base64") == 3
     assert outcome.passed == all(c["passed"] for c in data["claims"])
-    sigma_run = load_run(tmp_path / "runs" / "sigma_lr0.03_s0")
+    sigma_run = load_run(out / "runs" / "sigma_lr0.03_s0")
     assert sigma_run.config["model"]["sigma_reparam"] is True
     assert not sigma_run.scalar("attn.mean.entropy_normalized").empty
 
 
-class _Killed(BaseException):
-    """Stands for SIGKILL: not an Exception, so no runner records a failure."""
-
-
-def test_smoke_unit_run_killed_mid_way_resumes_to_identical_metrics(tmp_path, monkeypatch):
+def test_smoke_unit_run_killed_mid_way_resumes_to_identical_metrics(
+    smoke_run, tmp_path, monkeypatch
+):
+    """Kept beside test_resume_every_study: it kills the unit-check run (its own step), where
+    the shared test's kill, at half the store writes, lands in a ViT run (baseline_lr0.001_s2).
+    One seed; its runs' configs are the shared smoke run's, which is the reference."""
     from dynascope.studies.sigma_reparam_entropy import runs as runs_module
 
     preset = STUDY.preset("smoke").model_copy(update={"seeds": 1})
     study = STUDY.__class__(**{**STUDY.__dict__, "presets": {"smoke": lambda: preset}})
-    whole = tmp_path / "whole"
-    study.run(preset="smoke", out=whole)
+    whole = smoke_run(STUDY.name)
     real, calls = runs_module._DriftStep.__call__, {"n": 0}
 
     def dying(self, model, batch, ctx):
         calls["n"] += 1
         if calls["n"] == 30:  # after the checkpoint at step 25
-            raise _Killed
+            raise Killed
         return real(self, model, batch, ctx)
 
     monkeypatch.setattr(runs_module._DriftStep, "__call__", dying)
-    with pytest.raises(_Killed):
+    with pytest.raises(Killed):
         study.run(preset="smoke", out=tmp_path / "killed")
     assert load_run(tmp_path / "killed" / "runs" / "u_unit_checks_s0").status == "running"
     monkeypatch.setattr(runs_module._DriftStep, "__call__", real)
@@ -333,6 +334,7 @@ def test_smoke_unit_run_killed_mid_way_resumes_to_identical_metrics(tmp_path, mo
         on_run=lambda name, status, seconds, action: actions.__setitem__(name, action),
     )
     assert actions["u_unit_checks_s0"] == "resumed" and "restarted" not in actions.values()
+    assert len(actions) == 4
     for name in actions:
-        a, b = load_run(whole / "runs" / name), load_run(tmp_path / "killed" / "runs" / name)
-        assert a.scalars.equals(b.scalars), name
+        killed = tmp_path / "killed" / "runs" / name
+        assert stored_rows(killed) == stored_rows(whole / "runs" / name), name

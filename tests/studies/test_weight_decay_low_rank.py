@@ -179,11 +179,9 @@ def test_fast_preset_conditions_differ_only_in_what_they_study():
     }
 
 
-def test_smoke_preset_end_to_end(tmp_path):
-    (tmp_path / "runs" / "stale_run").mkdir(parents=True)  # a re-run replaces old runs
-    outcome = STUDY.run(preset="smoke", out=tmp_path)
-    assert not (tmp_path / "runs" / "stale_run").exists()
-    data = json.loads((tmp_path / "verdict.json").read_text())
+def test_smoke_preset_end_to_end(smoke_out):
+    outcome, out = smoke_out
+    data = json.loads((out / "verdict.json").read_text())
     assert data["study"] == "weight-decay-low-rank" and data["preset"] == "smoke"
     assert [c["claim"].split(":")[0] for c in data["claims"]] == [
         "a1",
@@ -193,7 +191,7 @@ def test_smoke_preset_end_to_end(tmp_path):
         "b-ov",
         "c",
     ]
-    json.loads((tmp_path / "verdict.json").read_text(), parse_constant=pytest.fail)  # strict
+    json.loads((out / "verdict.json").read_text(), parse_constant=pytest.fail)  # strict
     for claim in data["claims"]:  # every verdict is computed (null = not measurable at smoke size)
         assert claim["measured"] is None or isinstance(claim["measured"], float)
         assert isinstance(claim["passed"], bool)
@@ -204,8 +202,8 @@ def test_smoke_preset_end_to_end(tmp_path):
     assert data["protocol"]["sha256"] == STUDY.protocol.sha256
     assert len(data["protocol"]["amendments"]) == len(STUDY.protocol.amendments)
     assert all(r["status"] == "finished" for r in data["runs"])
-    assert (tmp_path / "report.html").read_text().count("data:image/png;base64") == 5
-    assert len(list((tmp_path / "figures").glob("*.png"))) == 5
+    assert (out / "report.html").read_text().count("data:image/png;base64") == 5
+    assert len(list((out / "figures").glob("*.png"))) == 5
     assert outcome.passed == all(c["passed"] for c in data["claims"])
 
 

@@ -131,13 +131,10 @@ def test_cli_resume_of_a_study_run_and_a_broken_runner_file(tmp_path):
     assert "names no importable build and config class (ModuleNotFoundError" in result.output
 
 
-def test_dynascope_run_of_a_study_runs_config_gives_its_metrics_bitwise(tmp_path):
+def test_dynascope_run_of_a_study_runs_config_gives_its_metrics_bitwise(smoke_run, tmp_path):
     # one kind of run directory: a study's run (its own build, or the registry build) trains
     # again from its config.yaml alone, row for row
-    from dynascope import studies
-
-    studies.get("gradual-rank").run(preset="smoke", out=tmp_path / "study")
-    runs = sorted((tmp_path / "study" / "runs").iterdir())
+    runs = sorted((smoke_run("gradual-rank") / "runs").iterdir())
     builds = {json.loads((r / RUNNER_FILE).read_text())["build"] for r in runs}
     assert builds == {
         "dynascope.studies.gradual_rank.runs:build_toy",
