@@ -221,4 +221,47 @@ def test_llc_probe_logs_on_the_step_axis_with_a_per_head_label():
                 label="L0.H1", n_chains=2, n_draws=20)  # fmt: skip
     out = probe(model, ProbeContext(step=0, batch=batch))
     assert set(out) == {f"L0.H1.llc.{k}" for k in ("mean", "std", "step_bias", "init_loss")}
-    assert all(math.isfinite(v) for v in out.values())
+    assert all(math.isfinite(out[f"L0.H1.llc.{k}"]) for k in ("mean", "std", "init_loss"))
+    # an untrained model is no minimum: λ̂ <= 0 there gives step_bias = inf (documented)
+    assert out["L0.H1.llc.step_bias"] > 0
+
+
+def test_llc_under_no_grad_samples_with_the_loss_gradient():
+    # Every probe runs under torch.no_grad(); the chain must still follow the loss's gradient.
+    # Oracle: the same call with gradients on (the trace is bitwise the same: same seed, same
+    # operations). Before the fix the no_grad chain got a zero gradient (a random walk held
+    # only by γ), 1.44 instead of 0.80 here.
+    x = torch.randn(64, 3, generator=torch.Generator().manual_seed(0), dtype=F64)
+    y = x @ torch.tensor([1.0, -2.0, 0.5], dtype=F64)
+    loss_fn = lambda p, b: 0.5 * ((x @ p["w"] - y) ** 2).mean()  # noqa: E731
+    params = {"w": torch.tensor([1.0, -2.0, 0.5], dtype=F64)}
+    kwargs = dict(n_beta=default_n_beta(64), localization=1.0, step_size=1e-3, n_chains=2,
+                  n_draws=50, seed=0)  # fmt: skip
+    with_grad = llc(loss_fn, params, [None], **kwargs)
+    with torch.no_grad():
+        without = llc(loss_fn, params, [None], **kwargs)
+    torch.testing.assert_close(without.trace, with_grad.trace, rtol=0, atol=0)
+
+
+def test_llc_probe_equals_the_pure_function_on_its_loss():
+    # The probe (under no_grad, model in eval mode) against llc() on the same loss of the same
+    # parameters, batch, settings and seed: equal traces, so equal estimates.
+    import dynascope as ds
+    from dynascope.probes import LLC, ProbeContext
+
+    torch.manual_seed(0)
+    model = ds.nn.Transformer(n_layers=1, d_model=12, n_heads=3, d_mlp=20, d_vocab=11, d_out=11,
+                              n_ctx=7)  # fmt: skip
+    task = ds.tasks.AssociativeRecall(n_keys=6, n_values=5, n_pairs=3)
+    batch = task.batch("train", 16, torch.Generator().manual_seed(1))
+    settings = dict(n_beta=10.0, step_size=1e-3, localization=1.0, n_chains=2, n_draws=20)
+    out = LLC(batch=batch, **settings)(model, ProbeContext(step=0))
+    params = {name: p.detach() for name, p in model.named_parameters()}
+
+    def loss_fn(p, _):
+        output = torch.func.functional_call(model, p, (batch["x"],))
+        return torch.nn.functional.cross_entropy(output[:, -1], batch["y"])
+
+    model.eval()
+    expected = llc(loss_fn, params, [None], **settings)
+    assert out["llc.mean"] == pytest.approx(expected.mean, rel=1e-12)

@@ -123,9 +123,9 @@ def chain(
     ).tolist()
     energy = 0.0
     for step, pick in enumerate(picks):
-        leaf = w.detach().requires_grad_(True)
-        views = dict(zip(shapes, leaf.split(sizes), strict=True))
-        with torch.enable_grad():
+        with torch.enable_grad():  # probes run under no_grad: the split must be recorded too
+            leaf = w.detach().requires_grad_(True)
+            views = dict(zip(shapes, leaf.split(sizes), strict=True))
             loss = loss_fn(
                 {**frozen, **{n: v.view(shapes[n]) for n, v in views.items()}}, batches[pick]
             )
