@@ -4,6 +4,7 @@ writes) what its docstring promises."""
 from __future__ import annotations
 
 import csv
+import math
 import os
 import re
 import subprocess
@@ -75,3 +76,22 @@ def test_entk(tmp_path):
         assert float(r["max_diff"]) <= 1e-5 * float(r["kernel_max"]), r
         assert int(r["est_bytes"]) > 0
     assert "kernel (4, 4, 3, 3)" in stdout
+
+
+def test_one_step_axis(tmp_path):
+    args = ["--steps", "6", "--points", "3", "--held", "32", "--llc-draws", "4"]
+    stdout = _run("one_step_axis.py", tmp_path / "out", *args)
+    rows = _csv(tmp_path / "out" / "steps.csv")
+    assert [int(r["step"]) for r in rows] == [0, 1, 2, 6]  # step 0 + LogSchedule(6, 3)
+    heads = [f"L{layer}.H{head}.dqk.stable_rank" for layer in (0, 1) for head in (0, 1)]
+    for r in rows:
+        assert math.isfinite(float(r["llc.mean"])), r
+        assert float(r["sharpness.two_over_lr"]) == pytest.approx(2 / 1e-3)  # 2/η, η = 1e-3
+        for key in heads:  # ΔW_QK = 0 at step 0 (srank(0) := 0); rank <= 2 d_head = 32 after
+            assert (float(r[key]) == 0) if r["step"] == "0" else (0 < float(r[key]) <= 32), r
+    # Adam's edge (2 + 2β₁)/((1 − β₁)η) = 38/η once Adam has a second moment (not at step 0)
+    assert rows[0]["sharpness.preconditioned_threshold"] == ""
+    edges = [float(r["sharpness.preconditioned_threshold"]) for r in rows[1:]]
+    assert edges == pytest.approx([38e3] * len(edges))
+    assert (tmp_path / "out" / "one_step_axis.png").exists()
+    assert "figure written to" in stdout
