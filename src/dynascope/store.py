@@ -60,6 +60,7 @@ from dynascope.keys import HEAD_COLUMN, parse_key
 
 __all__ = [
     "CONFIG_FILE",
+    "CorruptFileError",
     "FIGURES_DIR",
     "METRICS_FILE",
     "REPORT_FILE",
@@ -71,6 +72,8 @@ __all__ = [
     "RunLockedError",
     "RunStore",
     "STUDY_FILE",
+    "read_json",
+    "read_yaml",
     "UnsafeCheckpointError",
     "create_run_dir",
     "load_run",
@@ -153,6 +156,39 @@ class UnsafeCheckpointError(ValueError):
 
 class RunLockedError(RuntimeError):
     """Another live process writes to this run directory."""
+
+
+class CorruptFileError(ValueError):
+    """A run or study file (``config.yaml``, ``study.json``, ``verdict.json``) does not parse."""
+
+
+def read_yaml(path: Path) -> Any:
+    """``yaml.safe_load`` of a file the project wrote.
+
+    Raises:
+        CorruptFileError: the file is not valid YAML (one line: the file, the line, the problem).
+    """
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or type(err).__name__
+        raise CorruptFileError(f"{str(path)!r} is not valid YAML{where} ({problem})") from None
+
+
+def read_json(path: Path) -> Any:
+    """``json.loads`` of a file the project wrote.
+
+    Raises:
+        CorruptFileError: the file is not valid JSON (one line: the file, the line, the problem).
+    """
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise CorruptFileError(
+            f"{str(path)!r} is not valid JSON at line {err.lineno} ({err.msg})"
+        ) from None
 
 
 def _pid_alive(pid: int) -> bool:
@@ -389,7 +425,7 @@ class RunStore:
 
     def read_config(self) -> dict[str, Any]:
         """Read ``config.yaml`` with ``yaml.safe_load``."""
-        return yaml.safe_load((self.path / "config.yaml").read_text()) or {}
+        return read_yaml(self.path / "config.yaml") or {}
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -585,7 +621,7 @@ def load_run(path: str | os.PathLike[str]) -> Run:
         raise FileNotFoundError(f"not a run directory (no metrics.sqlite): {str(path)!r}")
     config = {}
     if (path / "config.yaml").is_file():
-        config = yaml.safe_load((path / "config.yaml").read_text()) or {}
+        config = read_yaml(path / "config.yaml") or {}
     with closing(_connect_ro(db_path)) as db:
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if not {"scalars", "events"} <= tables:
@@ -721,7 +757,7 @@ def load_study(path: str | os.PathLike[str]) -> pd.DataFrame:
         )
     manifest: dict[str, Any] = {}
     if (path / STUDY_FILE).is_file():
-        manifest = json.loads((path / STUDY_FILE).read_text()).get("runs", {}) or {}
+        manifest = read_json(path / STUDY_FILE).get("runs", {}) or {}
     frames = []
     for run_dir in run_dirs:
         run = load_run(run_dir)

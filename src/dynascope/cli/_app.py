@@ -45,6 +45,13 @@ class OneLineErrors(TyperGroup):
         except typer.Abort:
             err_console.print("aborted", markup=False, highlight=False)
             sys.exit(1)
+        except ValueError as err:  # a file of a run or study that does not parse
+            from dynascope.store import CorruptFileError
+
+            if not isinstance(err, CorruptFileError):
+                raise
+            err_console.print(f"error: {err}", markup=False, highlight=False, soft_wrap=True)
+            sys.exit(EXIT_BAD_INPUT)
         sys.exit(code if isinstance(code, int) else 0)
 
 

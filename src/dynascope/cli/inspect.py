@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from pathlib import Path
 from typing import Annotated
@@ -112,9 +111,9 @@ def report(directory: Annotated[Path, typer.Argument(help="run or study director
 
 def _report_study(directory: Path) -> None:
     from dynascope import studies
-    from dynascope.store import VERDICT_FILE
+    from dynascope.store import VERDICT_FILE, read_json
 
-    info = json.loads((directory / VERDICT_FILE).read_text())
+    info = read_json(directory / VERDICT_FILE)
     try:
         study = studies.get(info["study"])
     except ValueError as err:

@@ -99,11 +99,22 @@ def resume(
 ) -> None:
     """Continue a run from its last checkpoint (rows logged after it are dropped)."""
     from dynascope.config import ConfigError
-    from dynascope.store import CONFIG_FILE, RunLockedError, UnsafeCheckpointError, load_run
+    from dynascope.store import (
+        CONFIG_FILE,
+        METRICS_FILE,
+        RunLockedError,
+        UnsafeCheckpointError,
+        load_run,
+    )
     from dynascope.train import resume_run
 
     if not (run_dir / CONFIG_FILE).is_file():
         fail(f"RUN_DIR: {str(run_dir)!r} is not a run directory (no {CONFIG_FILE})")
+    if not (run_dir / METRICS_FILE).is_file() and any(run_dir.glob("checkpoints/step_*.pt")):
+        fail(
+            f"RUN_DIR: {str(run_dir)!r} has checkpoints but no {METRICS_FILE}: its metrics are "
+            "lost, so resuming would keep only what follows the checkpoint; train it again"
+        )
     try:
         before = load_run(run_dir)
         finished_at = int(before.events["step"].iloc[-1]) if before.status == "finished" else None

@@ -13,14 +13,13 @@ present in both).
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from dynascope.store import load_run
+from dynascope.store import load_run, read_json
 
 __all__ = ["compare_dirs", "config_differences"]
 
@@ -50,7 +49,7 @@ def _run_values(path: Path) -> dict[str, float | str]:
 
 
 def _study_values(path: Path) -> dict[str, float | str]:
-    info = json.loads((path / "verdict.json").read_text())
+    info = read_json(path / "verdict.json")
     values: dict[str, float | str] = {"study": info["study"], "preset": info["preset"]}
     if info.get("seed") is not None:
         values["seed"] = float(info["seed"])

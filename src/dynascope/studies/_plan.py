@@ -27,7 +27,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dynascope.store import STUDY_FILE, RunLockedError, lock_is_free, stored_run
+from dynascope.store import STUDY_FILE, RunLockedError, lock_is_free, read_json, stored_run
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -74,7 +74,7 @@ def plan_runs(
     manifest_path = out / MANIFEST
     previous = None
     if manifest_path.is_file() and not fresh:
-        previous = json.loads(manifest_path.read_text())
+        previous = read_json(manifest_path)
     if previous is None and runs_dir.is_dir():
         _refuse_locked(p for p in runs_dir.iterdir() if p.is_dir())
         shutil.rmtree(runs_dir)  # fresh, or written before study.json existed

@@ -40,7 +40,7 @@ from pydantic import BaseModel
 
 from dynascope.presets import PRESETS as PRESETS  # the preset tiers, cheapest first
 from dynascope.presets import REQUIRED_PRESETS as REQUIRED_PRESETS
-from dynascope.store import Run, load_run, safe_name
+from dynascope.store import Run, load_run, read_json, safe_name
 from dynascope.train import Parts, SeedStreams
 
 from ._plan import MANIFEST, plan_runs, plan_tasks, write_manifest
@@ -320,7 +320,7 @@ class Study:
             FileNotFoundError: if ``out`` holds no ``verdict.json``.
         """
         out = Path(out)
-        info = json.loads((out / "verdict.json").read_text())
+        info = read_json(out / "verdict.json")
         runs = {row["name"]: load_run(out / "runs" / row["name"]) for row in info["runs"]}
         return self._conclude(
             out, info["preset"], runs, info["runs"], lambda: info["seconds"], run_reports
@@ -417,7 +417,7 @@ def _run_dirs(out: Path) -> set[str]:
 def _manifest(out: Path) -> dict[str, Any]:
     """``out/study.json`` (:data:`~dynascope.studies._plan.MANIFEST`), or ``{}`` when unreadable."""
     try:
-        return json.loads((out / MANIFEST).read_text())
+        return read_json(out / MANIFEST)
     except (FileNotFoundError, ValueError):
         return {}
 
@@ -433,7 +433,7 @@ def _base_seed(out: Path) -> int | None:
 def _previous_seconds(out: Path) -> dict[str, Any]:
     """Seconds of each run from the directory's last verdict.json (kept runs keep theirs)."""
     try:
-        rows = json.loads((out / "verdict.json").read_text())["runs"]
+        rows = read_json(out / "verdict.json")["runs"]
         return {row["name"]: row.get("seconds") for row in rows}
     except (FileNotFoundError, KeyError, TypeError, ValueError):
         return {}
