@@ -79,7 +79,7 @@ def test_entk(tmp_path):
 
 
 def test_one_step_axis(tmp_path):
-    args = ["--steps", "6", "--points", "3", "--held", "32", "--llc-draws", "4"]
+    args = ["--steps", "6", "--points", "3", "--held", "32", "--llc-draws", "4", "--calibrate"]
     stdout = _run("one_step_axis.py", tmp_path / "out", *args)
     rows = _csv(tmp_path / "out" / "steps.csv")
     assert [int(r["step"]) for r in rows] == [0, 1, 2, 6]  # step 0 + LogSchedule(6, 3)
@@ -95,3 +95,4 @@ def test_one_step_axis(tmp_path):
     assert edges == pytest.approx([38e3] * len(edges))
     assert (tmp_path / "out" / "one_step_axis.png").exists()
     assert "figure written to" in stdout
+    assert "llc_calibrate at step 6: " in stdout  # its choice, or why nothing passed
