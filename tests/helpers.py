@@ -6,6 +6,8 @@ puts ``tests/`` on ``sys.path``; a child process started from a test inserts it 
 - :class:`SmokeRuns`: each study's smoke preset run once per test session, shared between the
   xdist workers under a file lock (the ``smoke_run`` fixture of ``tests/conftest.py``).
 - :func:`stored_rows`: every scalar and tensor row of a run, to compare two runs bit for bit.
+- :data:`TINY`, :func:`invoke`, :func:`assert_one_line_error`: a tiny run config and the CLI
+  called in-process, with the check that a refusal is one ``error:`` line and exit 2.
 - :func:`tiny_transformer`: a seeded float64 :class:`~dynascope.nn.Transformer` with small,
   pairwise-distinct sizes.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import shutil
 import signal
 import sqlite3
@@ -161,3 +164,30 @@ def tiny_transformer(*, seed: int = 0, **overrides) -> Transformer:
     torch.manual_seed(seed)
     config = dict(n_layers=2, d_model=12, n_heads=3, d_mlp=7, d_vocab=11, d_out=5, n_ctx=7)
     return Transformer(**(config | overrides)).double()
+
+
+TINY = """\
+name: tiny
+task: {name: associative_recall, n_keys: 6, n_values: 5, n_pairs: 3}
+model: {name: transformer, d_model: 12, n_heads: 3, d_mlp: 0}
+train: {steps: 6, batch_size: 4, eval_every: 3, checkpoint_every: 3}
+"""
+
+
+def invoke(*args: str | Path):
+    """``dynascope ARGS`` in this process (typer's CliRunner); returns its ``Result``."""
+    from typer.testing import CliRunner
+
+    from dynascope.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def assert_one_line_error(result, pattern: str) -> None:
+    """Exit 2, nothing on stdout, exactly one stderr line ``error: ...`` matching ``pattern``."""
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert re.search(pattern, lines[0]), lines[0]

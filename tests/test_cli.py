@@ -14,34 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
+from helpers import TINY, assert_one_line_error, invoke
 
-from dynascope.cli import app
 from dynascope.store import load_run
 
 # Small, pairwise-distinct sizes: 6 keys, 5 values, 3 pairs; d_model 12 over 3 heads (d_head 4).
-TINY = """\
-name: tiny
-task: {name: associative_recall, n_keys: 6, n_values: 5, n_pairs: 3}
-model: {name: transformer, d_model: 12, n_heads: 3, d_mlp: 0}
-train: {steps: 6, batch_size: 4, eval_every: 3, checkpoint_every: 3}
-"""
-
-runner = CliRunner()
-
-
-def invoke(*args: str | Path):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def assert_one_line_error(result, pattern: str) -> None:
-    """Exit 2, nothing on stdout, exactly one stderr line ``error: ...`` matching ``pattern``."""
-    assert result.exit_code == 2, result.output
-    assert result.stdout == ""
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: ")
-    assert re.search(pattern, lines[0]), lines[0]
 
 
 @pytest.fixture

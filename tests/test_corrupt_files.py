@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_cli import TINY, assert_one_line_error, invoke
+from helpers import TINY, assert_one_line_error, invoke
 
 from dynascope.store import CorruptFileError, read_json, read_yaml
 

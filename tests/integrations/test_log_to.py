@@ -11,38 +11,16 @@ from __future__ import annotations
 import glob
 import json
 import math
-import re
 import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from helpers import TINY, assert_one_line_error, invoke
 
-from dynascope.cli import app
 from dynascope.keys import metric_path
 from dynascope.store import load_run
 
-TINY = """\
-name: tiny
-task: {name: associative_recall, n_keys: 6, n_values: 5, n_pairs: 3}
-model: {name: transformer, d_model: 12, n_heads: 3, d_mlp: 0}
-train: {steps: 6, batch_size: 4, eval_every: 3, checkpoint_every: 3}
-"""
 STUDY = "modular-teacher-student"  # the cheapest smoke study: 6 runs of 2 arms, ~5 s of CPU
-
-runner = CliRunner()
-
-
-def invoke(*args: str | Path):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def assert_one_line_error(result, pattern: str) -> None:
-    assert result.exit_code == 2, result.output
-    assert result.stdout == ""
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
-    assert re.search(pattern, lines[0]), lines[0]
 
 
 @pytest.fixture
