@@ -16,7 +16,7 @@ import importlib
 import importlib.util
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 # public name -> (module relative to this package, attribute or None for the module itself)
 _LAZY: dict[str, tuple[str, str | None]] = {
