@@ -186,7 +186,8 @@ def _refuse_mixing(
     differ = sorted(n for n in stored if n in configs and _text(old.get(n)) != _text(configs[n]))
     foreign = sorted(n for n in stored if n not in configs)
     if differ or foreign:
-        names = ", ".join(differ + foreign)
+        listed = differ + foreign
+        names = ", ".join(listed[:3]) + (f" and {len(listed) - 3} more" if len(listed) > 3 else "")
         raise ValueError(
             f"out: {str(out)!r} holds runs made with other configs ({names}: preset "
             f"{previous.get('preset')!r}, seed {previous.get('seed')}); rerun with --fresh to "
