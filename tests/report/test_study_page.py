@@ -204,3 +204,36 @@ def test_merge_into_a_page_without_markers_keeps_every_line(notes):
         for line in ([] if notes.lstrip("\n").startswith("# ") else ["# x"]) + notes.splitlines()
         if line.strip()
     ]
+
+
+def test_repeated_preset_gives_one_table_each_and_the_last_measured_presets_figures(
+    stub_registry, tmp_path, monkeypatch
+):
+    def full_preset():
+        """Two runs of 8 steps."""
+        return importlib.import_module("_stub_study").StubPreset(steps=8)
+
+    study = stub_registry["stub-a"]
+    stub_registry["stub-a"] = dataclasses.replace(
+        study, presets={**study.presets, "full": full_preset}
+    )
+    suite = tmp_path / "runs"
+    for preset in ("fast", "full"):
+        out = suite / f"stub-a-{preset}"
+        result = invoke("study", "run", "stub-a", "--preset", preset, "--out", out, "--no-progress")
+        assert result.exit_code == 0, result.output
+    (suite / "stub-a-full" / "figures" / "x.png").write_bytes(b"full's figure")
+    out = tmp_path / "docs"
+    args = ("study", "docs", "--dir", suite, "--output", out, "--preset", "fast")
+    result = invoke(*args, "--preset", "full")
+    assert result.exit_code == 0, result.output
+    assert "(1 with fast verdicts, 1 with full verdicts)" in result.stdout
+    text = (out / "stub-a.md").read_text()
+    fast_at, full_at = text.index("## Measured verdicts (`fast`)"), text.index("`full`)")
+    assert fast_at < full_at < text.index("## Figures (`full`)")
+    assert "`full`, base seed 0" in text and "`fast`, base seed 0" in text
+    assert "--preset full --out runs/stub-a-full" in text  # the run command of the figures
+    assert (out / "figures" / "stub-a" / "x.png").read_bytes() == b"full's figure"
+    # stub-b has no full preset: one fast table, no full one
+    text_b = (out / "stub-b.md").read_text()
+    assert "No stored verdict for `fast` yet" in text_b and "`full`" not in text_b

@@ -105,17 +105,25 @@ def study_docs(
         ),
     ] = None,
     output: Annotated[Path, typer.Option(help="folder of the study pages")] = Path("docs/studies"),
-    preset: Annotated[str, typer.Option(help=PRESET_HELP)] = "fast",
+    preset: Annotated[
+        list[str] | None,
+        typer.Option(
+            help=f"{PRESET_HELP}; repeat for one verdict table each (--preset fast --preset "
+            "full; a study without that preset skips it) [default: fast]"
+        ),
+    ] = None,
 ) -> None:
     """Write one docs page per study, OUTPUT/NAME.md, generated from the study.
 
     Only the part between the generated:start and generated:end markers is rewritten.
     """
+    presets = preset or ["fast"]
     from dynascope import studies
     from dynascope.report.study_page import check_page, write_study_page
     from dynascope.store import VERDICT_FILE
 
-    _check_preset(preset)
+    for name in presets:
+        _check_preset(name)
     if suite_dir is not None and not suite_dir.is_dir():
         fail(f"--dir: {str(suite_dir)!r} is not a directory")
     if output.exists() and not output.is_dir():
@@ -126,12 +134,11 @@ def study_docs(
             check_page(output / f"{name}.md")
     except ValueError as err:
         fail(str(err))
-    measured = 0
+    measured = dict.fromkeys(presets, 0)
     for name in names:
-        write_study_page(studies.get(name), output, suite_dir=suite_dir, preset=preset)
-        if suite_dir is not None and (suite_dir / f"{name}-{preset}" / VERDICT_FILE).is_file():
-            measured += 1
-    print_line(
-        f"wrote {len(names)} study pages to {output} ({measured} with {preset} verdicts)",
-        soft_wrap=True,
-    )
+        write_study_page(studies.get(name), output, suite_dir=suite_dir, preset=presets)
+        for shown in presets:
+            verdict = None if suite_dir is None else suite_dir / f"{name}-{shown}" / VERDICT_FILE
+            measured[shown] += verdict is not None and verdict.is_file()
+    counts = ", ".join(f"{n} with {shown} verdicts" for shown, n in measured.items())
+    print_line(f"wrote {len(names)} study pages to {output} ({counts})", soft_wrap=True)

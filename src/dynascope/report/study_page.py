@@ -24,7 +24,7 @@ import datetime
 import inspect
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +35,18 @@ from .suite import claim_cell, control_cell, interval_cell, spread_cell
 if TYPE_CHECKING:
     from dynascope.studies.base import Study
 
-__all__ = ["END", "START", "check_page", "merge_page", "study_section", "write_study_page"]
+StoredVerdict = tuple[dict[str, Any], str | None]
+"""A stored ``verdict.json`` (parsed) and the date it was written (``YYYY-MM-DD`` or ``None``)."""
+
+__all__ = [
+    "END",
+    "START",
+    "StoredVerdict",
+    "check_page",
+    "merge_page",
+    "study_section",
+    "write_study_page",
+]
 
 START = "<!-- generated:start -->"
 END = "<!-- generated:end -->"
@@ -75,6 +86,36 @@ def _verdict_table(info: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _verdict_lines(preset: str, run: str, stored: StoredVerdict | None) -> list[str]:
+    """The ``## Measured verdicts (PRESET)`` part: the status line and the claim table, or
+    how to get a verdict when none is stored."""
+    lines = ["", f"## Measured verdicts (`{preset}`)", ""]
+    if stored is None:
+        return lines + [
+            f"No stored verdict for `{preset}` yet: run `{run}` (or the whole suite with "
+            f"`dynascope study run --all --preset {preset} --out runs`), then "
+            "`dynascope study docs --dir runs`."
+        ]
+    verdict, measured_on = stored
+    how = f"`{preset}`"
+    if verdict.get("seed") is not None:
+        how += f", base seed {verdict['seed']}"
+    if measured_on:
+        how += f", measured {measured_on}"
+    if verdict.get("seconds") is not None:
+        how += f", {float(verdict['seconds']):.0f} s wall time"
+    n_held = sum((c.get("status") or "") == "held" for c in verdict["claims"])
+    return lines + [
+        f"Status: **{verdict.get('status', 'unknown')}** ({n_held} of "
+        f"{len(verdict['claims'])} claims held; {how}). A claim that did not hold is a "
+        "measured result at this preset's scale ([how verdicts are judged](../verdicts.md)).",
+        "",
+        *_verdict_table(verdict),
+        "",
+        "† the protocol logs an amendment to this claim (below).",
+    ]
+
+
 def study_section(
     study: Study,
     *,
@@ -83,20 +124,26 @@ def study_section(
     measured_on: str | None = None,
     figures: list[str] | None = None,
     has_notes: bool = False,
+    verdicts: dict[str, StoredVerdict | None] | None = None,
 ) -> str:
     """The generated section of a study's page, markers included.
 
     Args:
         study: the registered study.
-        preset: the preset whose verdicts the table shows.
+        preset: the preset of the page's run command and figures, and whose verdict
+            ``verdict`` is (when ``verdicts`` is not given).
         verdict: that preset's ``verdict.json``, parsed; ``None``: no stored verdict.
         measured_on: the date the verdict was written (``YYYY-MM-DD``), shown with the table.
         figures: figure paths relative to the page, shown as images.
         has_notes: hand-written notes follow the section (they get a ``## Notes`` heading
             unless they start with a heading of their own).
+        verdicts: preset -> ``(verdict, measured_on)`` or ``None`` (not stored), one table
+            each in this order; default ``{preset: (verdict, measured_on)}``.
     Returns:
         Markdown from :data:`START` to :data:`END`, ending with a newline.
     """
+    if verdicts is None:
+        verdicts = {preset: None if verdict is None else (verdict, measured_on)}
     run = f"dynascope study run {study.name} --preset {preset} --out runs/{study.name}-{preset}"
     lines = [
         START,
@@ -119,35 +166,15 @@ def study_section(
         f"| `{name}` | {_cell(_first_paragraph(fn))} | {_cell(cost_text(costs.get(name)))} |"
         for name, fn in study.presets.items()
     ]
-    lines += ["", f"## Measured verdicts (`{preset}`)", ""]
-    if verdict is None:
-        lines.append(
-            f"No stored verdict for `{preset}` yet: run `{run}` (or the whole suite with "
-            f"`dynascope study run --all --preset {preset} --out runs`), then "
-            "`dynascope study docs --dir runs`."
+    for shown, stored in verdicts.items():
+        command = run.replace(f"--preset {preset}", f"--preset {shown}").replace(
+            f"{study.name}-{preset}", f"{study.name}-{shown}"
         )
-    else:
-        how = f"`{preset}`"
-        if verdict.get("seed") is not None:
-            how += f", base seed {verdict['seed']}"
-        if measured_on:
-            how += f", measured {measured_on}"
-        if verdict.get("seconds") is not None:
-            how += f", {float(verdict['seconds']):.0f} s wall time"
-        n_held = sum((c.get("status") or "") == "held" for c in verdict["claims"])
-        lines += [
-            f"Status: **{verdict.get('status', 'unknown')}** ({n_held} of "
-            f"{len(verdict['claims'])} claims held; {how}). A claim that did not hold is a "
-            "measured result at this preset's scale ([how verdicts are judged](../verdicts.md)).",
-            "",
-            *_verdict_table(verdict),
-            "",
-            "† the protocol logs an amendment to this claim (below).",
-        ]
+        lines += _verdict_lines(shown, command, stored)
     protocol = getattr(study, "protocol", None)
     if protocol is not None:
         lines += ["", protocol.markdown().rstrip()]
-    lines += ["", "## Figures", ""]
+    lines += ["", f"## Figures (`{preset}`)" if len(verdicts) > 1 else "## Figures", ""]
     for figure in figures or []:
         lines += [f"![{Path(figure).stem}]({figure})", ""]
     if not figures:
@@ -236,12 +263,36 @@ def merge_page(
     return f"{title}\n{section(_has_notes(rest))}\n\n{rest}"
 
 
+def _stored(study_dir: Path) -> StoredVerdict | None:
+    """``study_dir``'s parsed ``verdict.json`` and the date it was written; ``None``: none."""
+    path = study_dir / "verdict.json"
+    if not path.is_file():
+        return None
+    when = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.timezone.utc)
+    return json.loads(path.read_text()), when.strftime("%Y-%m-%d")
+
+
+def _copy_figures(study_dir: Path, output_dir: Path, name: str) -> list[str]:
+    """Copy ``study_dir/figures/*.png`` to ``output_dir/figures/NAME/`` (dropping figures of
+    an earlier run that this one lacks); their paths relative to the page."""
+    pngs = sorted((study_dir / "figures").glob("*.png"))
+    if not pngs:
+        return []
+    target = output_dir / "figures" / name
+    target.mkdir(parents=True, exist_ok=True)
+    for old in target.glob("*.png"):
+        old.unlink()
+    for png in pngs:
+        shutil.copyfile(png, target / png.name)
+    return [f"figures/{name}/{png.name}" for png in pngs]
+
+
 def write_study_page(
     study: Study,
     output_dir: str | Path,
     *,
     suite_dir: str | Path | None = None,
-    preset: str = "fast",
+    preset: str | Sequence[str] = "fast",
 ) -> Path:
     """Write (or regenerate) ``output_dir/NAME.md``; copy the study's stored figures beside it.
 
@@ -250,7 +301,9 @@ def write_study_page(
         output_dir: the folder of the study pages (``docs/studies``).
         suite_dir: where ``dynascope study run --all`` wrote ``NAME-PRESET/``; ``None``: no
             measured verdicts (the table says how to get them).
-        preset: the preset whose ``verdict.json`` and figures are shown.
+        preset: the preset, or presets in order, whose ``verdict.json`` each get a table; a
+            preset the study does not have is skipped (the first is always shown). The
+            figures come from the last preset with a stored verdict.
     Returns:
         The page's path.
     Raises:
@@ -259,33 +312,22 @@ def write_study_page(
     """
     output_dir = Path(output_dir)
     page = output_dir / f"{study.name}.md"
-    verdict, measured_on, figures = None, None, []
-    study_dir = Path(suite_dir) / f"{study.name}-{preset}" if suite_dir is not None else None
-    if study_dir is not None and (study_dir / "verdict.json").is_file():
-        verdict_path = study_dir / "verdict.json"
-        verdict = json.loads(verdict_path.read_text())
-        measured_on = datetime.datetime.fromtimestamp(
-            verdict_path.stat().st_mtime, datetime.timezone.utc
-        ).strftime("%Y-%m-%d")
-        pngs = sorted((study_dir / "figures").glob("*.png"))
-        if pngs:
-            target = output_dir / "figures" / study.name
-            target.mkdir(parents=True, exist_ok=True)
-            for old in target.glob("*.png"):  # figures of an earlier run that this one lacks
-                old.unlink()
-            for png in pngs:
-                shutil.copyfile(png, target / png.name)
-                figures.append(f"figures/{study.name}/{png.name}")
+    presets = [preset] if isinstance(preset, str) else list(preset)
+    presets = [p for i, p in enumerate(presets) if i == 0 or p in study.presets]
+    verdicts: dict[str, StoredVerdict | None] = {p: None for p in presets}
+    shown = presets[0]
+    if suite_dir is not None:
+        for name in presets:
+            verdicts[name] = _stored(Path(suite_dir) / f"{study.name}-{name}")
+            shown = name if verdicts[name] is not None else shown
+    figures = []
+    if verdicts[shown] is not None:
+        figures = _copy_figures(Path(suite_dir) / f"{study.name}-{shown}", output_dir, study.name)
     existing = page.read_text() if page.is_file() else None
 
     def make_section(has_notes: bool) -> str:
         return study_section(
-            study,
-            preset=preset,
-            verdict=verdict,
-            measured_on=measured_on,
-            figures=figures,
-            has_notes=has_notes,
+            study, preset=shown, figures=figures, has_notes=has_notes, verdicts=verdicts
         )
 
     text = merge_page(existing, study.name, make_section, str(page))
