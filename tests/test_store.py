@@ -83,8 +83,11 @@ def test_missing_key_and_missing_run_raise(tmp_path):
         run.last("b")
     with pytest.raises(KeyError, match="no tensor 'b'"):
         run.tensors("b")
-    with pytest.raises(FileNotFoundError, match="not a run directory"):
+    with pytest.raises(FileNotFoundError, match="no such directory: '.*nothing'"):
         load_run(tmp_path / "nothing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="not a run directory"):
+        load_run(tmp_path / "empty")
 
 
 def test_checkpoints_are_listed_in_step_order_and_load_safely(tmp_path):

@@ -611,12 +611,14 @@ def load_run(path: str | os.PathLike[str]) -> Run:
         :class:`Run` with ``.config``, ``.scalars``, ``.events``, ``.status`` and
         ``.tensors(key)``.
     Raises:
-        FileNotFoundError: if ``path`` holds no ``metrics.sqlite``, or one without the store's
-            tables (a writer stopped between creating the file and its schema: a run that
-            never started).
+        FileNotFoundError: if ``path`` does not exist, holds no ``metrics.sqlite``, or holds
+            one without the store's tables (a writer stopped between creating the file and
+            its schema: a run that never started).
     """
     path = Path(path)
     db_path = path / "metrics.sqlite"
+    if not path.exists():
+        raise FileNotFoundError(f"no such directory: {str(path)!r}")
     if not db_path.is_file():
         raise FileNotFoundError(f"not a run directory (no metrics.sqlite): {str(path)!r}")
     config = {}
