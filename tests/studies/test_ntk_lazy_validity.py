@@ -211,6 +211,13 @@ def test_presets_validate_and_build_the_planned_runs():
     assert fast["s3_none"].model_copy(update={"centering": "offset"}) == fast["s3_offset"]
     assert {c.seed for c in build_runs(STUDY.preset("fast"), seed=1000)
             for c in [c.config]} == {1000, 1001, 1002, 1003, 1004}  # fmt: skip
+    full = {s.name: s.config for s in build_runs(STUDY.preset("full"))}
+    assert list(full) == list(fast) and {c.loop.steps for c in full.values()} == {10_000}
+    assert {k: c.model_copy(update={"loop": fast[k].loop}) for k, c in full.items()} == fast
+    assert (
+        STUDY.protocol.seeds["full"] == 5
+        and "T = 100 (10,000 steps)" in (STUDY.protocol.presets["full"])
+    )
     paper = {s.name: s.config for s in build_runs(STUDY.preset("paper"))}
     assert len(paper) == 16 and paper["eta_half"].loop.steps == 100_000
     assert paper["eta_half"].lr == pytest.approx(5e-3)

@@ -63,7 +63,8 @@ def _claims(tag: str, centering: str) -> tuple[ClaimSpec, ClaimSpec]:
             statement="D(alpha, T) = sup_{t <= T} ||alpha h(w(t)) - alpha hbar(wbar(t))|| "
             "<= C T / alpha (Lip(Dh) and the initial residual in C)",
             citation=f"{_PAPER}, Theorem 1.1 / Sec. 3; SYSTEMS.md S11",
-            metric="per seed, least-squares slope of log D(alpha, T = 50) vs log alpha over "
+            metric="per seed, least-squares slope of log D(alpha, T) vs log alpha (T = 50 at fast, "
+            "100 at full) over "
             "alpha in {8, 16, 32, 64, 128}",
             threshold=-0.9,
             direction="<=",
@@ -80,7 +81,8 @@ def _claims(tag: str, centering: str) -> tuple[ClaimSpec, ClaimSpec]:
             "earlier analysis needed alpha = O(T^2)); the T / alpha rate is tight",
             citation=f"{_PAPER}, abstract and Sec. 3; SYSTEMS.md S11",
             metric="per seed, p in alpha*(T) ~ T^p from a joint fit log D = a + b log alpha + "
-            "c log T over alpha in {8..128} and 20 log-spaced T in [1, 50], p = c / -b",
+            "c log T over alpha in {8..128} and 20 log-spaced T in [1, T] (T = 50 at fast, 100 "
+            "at full), p = c / -b",
             threshold=1.1,
             direction="<=",
             threshold_source="theory: the theorem's p = 1 with S11's 0.1 tolerance (the "
@@ -94,18 +96,22 @@ def _claims(tag: str, centering: str) -> tuple[ClaimSpec, ClaimSpec]:
 PROTOCOL = Protocol(
     study="ntk-lazy-validity",
     claims=(*_claims("", "antisymmetric"), *_claims("-offset", "offset")),
-    seeds={"smoke": 3, "fast": 5, "paper": 5},
-    calibration_seeds=(10_000,),
+    seeds={"smoke": 3, "fast": 5, "full": 5, "paper": 5},
+    calibration_seeds=(10_000, 20_000),
     presets={
         "smoke": "width 16, N = 8, alpha in {8, 16, 32}, 100 steps (T = 1), 3 seeds: plumbing",
         "fast": "S11's system: width 256, d = 5, N = 32, alpha in {4..128}, eta = 1e-2, "
         "T = 50 (5,000 steps), float64; antisymmetric, offset and the uncentered control, "
         "5 seeds",
+        "full": "fast's system and arms at T = 100 (10,000 steps), 5 seeds: twice fast's T so "
+        "that every arm clears the fit bar with margin (calibration seeds 20000-20004: worst "
+        "ratio 0.322 against 0.5; fast's T = 50 read 0.37-0.475 on 10000-10004 and 0.512 on "
+        "seed 1004); 692 s on one core (the other busy)",
         "paper": "width 1024, alpha up to 1024 on a x2 grid, T = 500, 5 seeds, the eta/2 "
         "gradient-flow check",
     },
-    reproduces="`fast` (about a minute of wall time on 2 idle cores before the control arm; "
-    "15 runs now)",
+    reproduces="`full` (every arm clears the fit bar with margin at T = 100; at `fast`, T = 50, "
+    "the bar sits inside the seeds' spread, so a seed set can read inconclusive)",
     registered="2026-12-07, after the earlier contract's fast verdicts at seeds 0 and 1000 "
     "were published (n1, n2, n1-offset, n2-offset held at both: n1 -1.99 / -1.96, n1-offset "
     "-1.00 / -1.02, n2 0.75 / 0.80, n2-offset 0.82 / 0.92; movement controls ~0, early "
@@ -157,6 +163,20 @@ PROTOCOL = Protocol(
             "the protocol's sha256, so it is logged here",
             seen="every fast verdict at seeds 0 and 1000 (docs/studies.md, "
             "docs/studies-seed1000.md), unchanged by this entry",
+        ),
+        Amendment(
+            date="2026-12-07",
+            claims=("n1", "n2", "n1-offset", "n2-offset"),
+            change="a `full` preset: fast's system, arms, alphas, thresholds, bar and controls "
+            "at T = 100 (10,000 steps), 5 seeds; n1 reads D at the preset's T and n2 fits "
+            "over [1, T]; calibration seeds 20000-20004 added",
+            reason="fast's fit bar (GD halves the residual by T = 50) sits inside the seeds' "
+            "spread (calibration 0.37-0.475, seed 1004 0.512), so a seed set can read "
+            "inconclusive for the kernel's small eigenvalues, not for a failure to train; at "
+            "T = 100 calibration seeds 20000-20004 read a worst ratio of 0.322 (n1 -1.98, "
+            "n1-offset -1.09, n2 0.63, n2-offset 0.61; controls 0.86, 1.40, 1.96, not held)",
+            seen="the fast verdicts at seeds 0 (every claim held) and 1000 (every claim "
+            "inconclusive through the fit bar, 0.512); no full result at seeds 0 or 1000",
         ),
     ),
 )

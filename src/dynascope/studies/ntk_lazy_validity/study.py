@@ -62,6 +62,18 @@ def fast() -> NTKLazyValidityPreset:
     return NTKLazyValidityPreset(base=LazyRun(loop=_loop(5000), alphas=ALPHAS))
 
 
+FULL_HORIZON = (
+    100.0  # T at full: GD fits further past the fit bar (docs/studies/ntk-lazy-validity.md)
+)
+
+
+def full() -> NTKLazyValidityPreset:
+    """fast's system trained twice as long, T = 100 (10,000 steps), so that every arm clears
+    the fit bar with margin: 6 alphas per centering and the uncentered control, 5 seeds."""
+    return NTKLazyValidityPreset(base=LazyRun(loop=_loop(5000), alphas=ALPHAS),
+                                 horizon=FULL_HORIZON)  # fmt: skip
+
+
 def paper() -> NTKLazyValidityPreset:
     """S11 at scale: width 1024, alpha up to 1024 on a x2 grid, T = 500, 5 seeds, and the
     gradient-flow check (eta/2, twice the steps, alpha = 32)."""
@@ -98,7 +110,7 @@ STUDY = Study(
     name="ntk-lazy-validity",
     claim=CLAIM,
     source=SOURCE,
-    presets={"smoke": smoke, "fast": fast, "paper": paper},
+    presets={"smoke": smoke, "fast": fast, "full": full, "paper": paper},
     build_runs=build_runs,
     analyze=analyze,
     protocol=PROTOCOL,
