@@ -197,6 +197,30 @@ def test_claim_status_on_hand_built_stores(tmp_path, hyla, twin, fit, unfit, sta
     assert verdict.precondition.met == (unfit is None and fit >= ID_FIT)
 
 
+def test_table_a1_side_by_side_on_hand_built_stores(tmp_path):
+    """The Table A1 rows: numpy's seed mean and std (ddof 1) of the stored test R² per kind,
+    next to the paper's 81.13 ± 7.77 vs 59.89 ± 5.22 (twins excluded); the verdict's detail
+    carries both."""
+    from dynascope.studies.hyla_fuzzy_logic.analysis import PAPER_TABLE_A1, analyze
+
+    names = [f"{k}_s{i}" for k in ("hyla", "linear", "linear_twin") for i in range(5)]
+    rng = np.random.default_rng(0)
+    test = {n: float(rng.uniform(0.2, 0.8)) for n in names}
+    runs = _fake_runs(tmp_path / "runs", test, dict.fromkeys(names, 0.6))
+    analysis = analyze(runs, tmp_path / "figures")
+    rows = analysis.tables["Table A1 side by side (test R², the paper's 'OOD R²')"]
+    assert [r["attention"] for r in rows] == ["hyla", "linear"]
+    for row in rows:
+        vals = [test[f"{row['attention']}_s{i}"] for i in range(5)]
+        assert math.isclose(row["test.r2 here (mean)"], np.mean(vals), rel_tol=1e-12)
+        assert math.isclose(row["test.r2 here (std)"], np.std(vals, ddof=1), rel_tol=1e-12)
+        assert row["seeds here"] == 5 and row["paper seeds"] == 3
+    assert PAPER_TABLE_A1 == {"hyla": (0.8113, 0.0777), "linear": (0.5989, 0.0522)}
+    detail = analysis.verdicts[0].detail
+    assert "0.811 ± 0.078 vs 0.599 ± 0.052" in detail
+    assert f"hyla {rows[0]['test.r2 here (mean)']:.3f}" in detail
+
+
 def test_ensemble_members_equal_lone_runs_in_float64(tmp_path):
     """HYLA under the engine's vmapped ensemble: member 1 of K = 2 ends with the metrics of its
     lone run to 1e-10 (float64; the oracle is the lone run)."""

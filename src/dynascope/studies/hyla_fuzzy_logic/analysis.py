@@ -25,9 +25,13 @@ from dynascope.studies.hyla_fuzzy_logic.runs import EVAL_SPLITS
 from dynascope.studies.hyla_fuzzy_logic.sraven import analyze_sraven
 from dynascope.studies.verdict import Precondition
 
-__all__ = ["CONTROL_SEED_OFFSET", "analyze"]
+__all__ = ["CONTROL_SEED_OFFSET", "PAPER_TABLE_A1", "analyze"]
 
 CONTROL_SEED_OFFSET = 100  # the linear twins' seeds: base + 100 + i
+
+# Schug et al., ICLR 2025, arXiv 2406.05816, Table A1 (fuzzy logic), "OOD R²" (our test split):
+# kind -> (mean, std) over 3 seeds at 50k steps × 128, d_model 128, T5 bias.
+PAPER_TABLE_A1 = {"hyla": (0.8113, 0.0777), "linear": (0.5989, 0.0522)}
 
 
 def _row(name: str, run: Run) -> dict:
@@ -68,6 +72,38 @@ def _summary(rows: list[dict]) -> list[dict]:
     return out
 
 
+def _table_a1(by: dict[str, dict]) -> list[dict]:
+    """Per kind: test R² (the paper's "OOD R²") here, seed mean ± std, next to Table A1's."""
+    nan = float("nan")
+    return [
+        {
+            "attention": kind,
+            "test.r2 here (mean)": by.get(kind, {}).get("test.r2.mean", nan),
+            "test.r2 here (std)": by.get(kind, {}).get("test.r2.std", nan),
+            "seeds here": by.get(kind, {}).get("seeds", 0),
+            "paper OOD R² (mean)": mean,
+            "paper OOD R² (std)": std,
+            "paper seeds": 3,
+        }
+        for kind, (mean, std) in PAPER_TABLE_A1.items()
+    ]
+
+
+def _a1_text(a1: list[dict]) -> str:
+    """The Table A1 comparison in one line (``_table_a1``'s rows: HYLA, then linear)."""
+    here = " vs ".join(
+        f"{r['attention']} {r['test.r2 here (mean)']:.3f} ± {r['test.r2 here (std)']:.3f}"
+        for r in a1
+    )
+    paper = " vs ".join(
+        f"{r['paper OOD R² (mean)']:.3f} ± {r['paper OOD R² (std)']:.3f}" for r in a1
+    )
+    return (
+        f"test R² (Table A1's 'OOD R²'), seed mean ± std: {here} here; paper {paper} (3 seeds, "
+        f"50k steps × 128, d_model 128)"
+    )
+
+
 def analyze(runs: dict[str, Run], figures: Path) -> Analysis:
     """Claim s4 (module docstring), s4-sraven if run; tables per run and per group; figures."""
     sraven_runs = {n: r for n, r in runs.items() if "n_features" in r.config}
@@ -96,6 +132,7 @@ def analyze(runs: dict[str, Run], figures: Path) -> Analysis:
     per_run = [r["train.r2"] if r["status"] == "finished" else float("nan") for r in read]
     worst = min(per_run) if per_run and all(math.isfinite(v) for v in per_run) else float("nan")
     groups = {r["group"] for r in read}
+    a1 = _table_a1(by)
     verdict = PROTOCOL.claim("s4").judge(
         gap("hyla", "linear"),
         precondition=Precondition(
@@ -105,13 +142,13 @@ def analyze(runs: dict[str, Run], figures: Path) -> Analysis:
             measured=worst,
         ),
         control=gap("linear_twin", "linear"),
-        detail=(
-            f"seed-mean test R² HYLA {by.get('hyla', {}).get('test.r2.mean', math.nan):.3f}, "
-            f"linear {by.get('linear', {}).get('test.r2.mean', math.nan):.3f}; ID R² HYLA "
-            f"{fit['hyla']:.3f}, linear {fit['linear']:.3f}; paper gap 0.21 at 50k steps"
-        ),
+        detail=f"{_a1_text(a1)}; ID R² HYLA {fit['hyla']:.3f}, linear {fit['linear']:.3f}",
     )
-    tables = {"per run": rows, "per group (seed mean ± std)": summary}
+    tables = {
+        "per run": rows,
+        "per group (seed mean ± std)": summary,
+        "Table A1 side by side (test R², the paper's 'OOD R²')": a1,
+    }
     verdicts = [verdict]
     sraven_verdict, sraven_rows = analyze_sraven(sraven_runs)
     if sraven_verdict is not None:
