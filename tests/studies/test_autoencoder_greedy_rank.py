@@ -165,20 +165,23 @@ LOGGED = [0, 1, 5, 20, 60, STEPS]
 
 def write_run(
     path, *, seed, n_stack, init="orthogonal", s=0.5, arm="greedy", t_modes, dip, mid_rank=5,
-    final_rank=5,
+    final_rank=5, noise=0.4,
 ):  # fmt: skip
     """A store as the engine run writes it: data PC k's gain jumps from 0 to 1 at step
     t_modes[k] (never if None) and the singular values of M_A are those gains sorted; the latent
     spectrum has 13 equal values at step 0, ``dip`` at step 20, ``mid_rank`` at step 60,
     ``final_rank`` at the end and 5 otherwise (effective rank = number of equal values); the
-    held-out data has rank 32."""
+    held-out data has rank 32. Logged at every step where a value can change (each jump and
+    the step before it, the latent steps, every 10th step), which reads as logging every step."""
     cfg = AutoencoderRun(
-        loop=loop(STEPS), seed=seed, n_stack=n_stack, init=init, init_scale=s, arm=arm
-    )
+        loop=loop(STEPS), seed=seed, n_stack=n_stack, init=init, init_scale=s, arm=arm,
+        noise_std=noise,
+    )  # fmt: skip
     with RunStore(path) as store:
         store.write_config(cfg.model_dump(mode="json"))
         store.set_status(0, "running")
-        for step in range(STEPS + 1):
+        jumps = {t + d for t in t_modes if t is not None for d in (-1, 0)}
+        for step in sorted({*LOGGED, *jumps, *range(0, STEPS + 1, 10)}):  # all that can change
             on = torch.tensor([float(t is not None and step >= t) for t in t_modes])
             sigma = on.sort(descending=True).values
             values = {"modes.gain": on, "modes.sigma": sigma, "modes.align": torch.eye(5)}
@@ -203,13 +206,16 @@ def study_runs(tmp_path, **overrides):
     """Five seeds (the contract's minimum) of fast's arms: greedy stacks (s = 0.1) reaching
     rank 5; s = 0.5 stacks for d (deeper: lower dip); all-at-once s = 1 controls (dips 4, 5, 5:
     no depth order) at rank 16 (noise learnt); L = 0 at once and full rank; a slower default
-    L = 8."""
+    L = 8; r3's low-noise runs (L = 0 full rank, L = 8 greedy at rank 5); o's equal-variance
+    stacks, all modes at once."""
     full = {"t_modes": AT_ONCE, "dip": 5, "mid_rank": 16, "final_rank": 16}
     arms = {
         "L0_orth": {"n_stack": 0, **full},
         "L8_default": {
             "n_stack": 8, "init": "default", "s": 1.0, "t_modes": [20, 40, 60, 80, 95], "dip": 1,
         },
+        "L0_orth_quiet": {"n_stack": 0, "arm": "quiet", "noise": 0.01, **full},
+        "L8_orth_quiet": {"n_stack": 8, "arm": "quiet", "noise": 0.01, "t_modes": GREEDY, "dip": 1},
     }  # fmt: skip
     for L, dip in ((2, 4), (4, 3), (8, 2)):
         arms[f"L{L}_orth"] = {"n_stack": L, "s": 0.1, "t_modes": GREEDY, "dip": 1}
@@ -217,13 +223,20 @@ def study_runs(tmp_path, **overrides):
         arms[f"L{L}_orth_s1"] = {
             "n_stack": L, "s": 1.0, "arm": "control", **full, "dip": 4 + (L > 2),
         }  # fmt: skip
+        arms[f"L{L}_orth_flat"] = {"n_stack": L, "s": 0.1, "arm": "flat", **full}
     out = {}
     for seed in range(5):
         for arm, kw in arms.items():
             kw = {**kw, **overrides.get(arm, {})}
             name = f"{arm}_seed{seed}"
-            out[name] = write_run(tmp_path / name, seed=seed, **kw)
+            key = (name, repr(sorted(kw.items())))  # a store is read-only once written: reuse it
+            if key not in _WRITTEN:
+                _WRITTEN[key] = write_run(tmp_path / name, seed=seed, **kw)
+            out[name] = _WRITTEN[key]
     return out
+
+
+_WRITTEN: dict = {}  # (run name, its arguments) -> the store written by an earlier call
 
 
 def claims(runs):
@@ -244,31 +257,38 @@ def test_a_greedy_study_holds_with_known_values(tmp_path):
     assert "13/5/5" in v["r1"].detail  # rank 13 at init: the value at t_5 is not the init's
     assert v["r2"].status == "held" and v["r2"].per_seed == (0.0,) * 5
     assert v["r2"].control.status == "not held" and v["r2"].control.measured == 1.0
-    # o's ablation: the s = 1 stacks (all modes at once: no pair in order), not a shuffled order
+    # o's ablation: the equal-variance stacks (all modes at once: no pair in order)
     assert v["o"].status == "held" and v["o"].per_seed == (1.0,) * 5
     assert v["o"].control.status == "not held" and v["o"].control.measured == 0.0
+    # r3 reads the low-noise runs (arm quiet), not the noise-0.4 L = 0 run
     assert v["r3"].status == "held" and v["r3"].per_seed == (16.0,) * 5
     assert v["r3"].control.status == "not held" and v["r3"].control.measured == 5.0
-    assert v["r3"].precondition.met and v["r3"].precondition.measured == 32.0
+    assert v["r3"].precondition.met and v["r3"].precondition.measured == 5.0
+    assert "noise std 0.01" in v["r3"].detail
     assert v["r4"].status == "held" and v["r4"].per_seed == (95.0 - 50.0,) * 5
     # r4's ablation: the s = 1 orthogonal L = 8 stack against the greedy one (25 - 50), not 0
     assert v["r4"].control.per_seed == {s: 25.0 - 50.0 for s in five}
     assert v["r4"].control.status == "not held"
-    assert v["d"].status == "held" and v["d"].per_seed == pytest.approx((-1.0,) * 5)
-    assert v["d"].control.per_seed == pytest.approx({s: 1.0 for s in five})  # 5, 4, 5, 5
+    # d: min erank 5 at L = 0 and 2 at L = 8 (s = 0.5): (5 - 2) / (5 - 1); s = 1: 5 at L = 8
+    assert v["d"].status == "held" and v["d"].per_seed == pytest.approx((0.75,) * 5)
+    assert v["d"].control.per_seed == pytest.approx({s: 0.0 for s in five})
+    assert v["d"].control.status == "not held"
     assert len(analysis.figures) == 2 and all(p.is_file() for p in analysis.figures)
 
 
 def test_the_controls_read_their_ablation_arms(tmp_path):
-    """r4's control moves with the L = 8 s = 1 runs and o's with the s = 1 runs; a control arm
-    that did not learn its modes fails the fit precondition of the claims that read it."""
+    """r4's control moves with the L = 8 s = 1 runs and o's with the equal-variance runs; a
+    control arm that did not learn its modes fails the fit precondition of the claims that read
+    it."""
     slow = {"t_modes": [70, 75, 80, 85, 90]}
     v = claims(study_runs(tmp_path / "slow", L8_orth_s1=slow))
     assert v["r4"].control.per_seed == {s: 90.0 - 50.0 for s in range(5)}
     assert v["r4"].status == "inconclusive"  # the ablation holds too: no attribution
     assert v["r4"].control.status == "held"
     in_order = {"t_modes": GREEDY}
-    v = claims(study_runs(tmp_path / "ordered", **{f"L{L}_orth_s1": in_order for L in (2, 4, 8)}))
+    v = claims(study_runs(tmp_path / "s1", **{f"L{L}_orth_s1": in_order for L in (2, 4, 8)}))
+    assert v["o"].status == "held"  # the s = 1 stacks are not o's control
+    v = claims(study_runs(tmp_path / "flat", **{f"L{L}_orth_flat": in_order for L in (2, 4, 8)}))
     assert v["o"].control.status == "held" and v["o"].status == "inconclusive"
     stuck = {"t_modes": [10, 20, 30, 40, None]}
     v = claims(study_runs(tmp_path / "stuck", L2_orth_s1=stuck))
@@ -289,14 +309,19 @@ def test_the_verdicts_see_overlap_disorder_noise_a_fast_default_and_no_depth_ord
     assert v["r2"].status == "not held" and v["r2"].per_seed == (1.0,) * 5
     assert v["o"].per_seed == (0.9,) * 5  # the tied pair is not "in order"
     assert v["r4"].status == "not held" and v["r4"].per_seed == (9.0 - 50.0,) * 5
-    assert v["d"].status == "not held" and v["d"].per_seed == pytest.approx((1.0,) * 5)
+    # min erank 4 at L = 8 against 5 at L = 0: a quarter of the way to one mode at a time
+    assert v["d"].status == "not held" and v["d"].per_seed == pytest.approx((0.25,) * 5)
     # the PCs learnt in reverse order of variance, one at a time
     v = claims(study_runs(tmp_path / "reverse", L2_orth={"t_modes": GREEDY[::-1]}))
     assert v["r2"].status == "held"
     assert v["o"].per_seed == (0.0,) * 5 and v["o"].status == "not held"
-    # the noise floor learnt by a judged stack: the latent is above the true rank at t_5
-    v = claims(study_runs(tmp_path / "noisy", L4_orth={"mid_rank": 9}))
+    # the noise floor learnt by a judged stack: the latent ends above the true rank (r1 reads
+    # the end of training: rank 5 at t_5 and 9 at the end fails)
+    v = claims(study_runs(tmp_path / "noisy", L4_orth={"final_rank": 9}))
     assert v["r1"].per_seed == (4.0,) * 5 and v["r1"].status == "not held"
+    # the low-noise L = 0 code at the data's rank 5: r3 not held
+    v = claims(study_runs(tmp_path / "quiet", L0_orth_quiet={"final_rank": 5}))
+    assert v["r3"].per_seed == (5.0,) * 5 and v["r3"].status == "not held"
 
 
 def test_a_run_left_on_a_plateau_makes_the_greedy_claims_inconclusive(tmp_path):
@@ -312,7 +337,9 @@ def test_a_run_left_on_a_plateau_makes_the_greedy_claims_inconclusive(tmp_path):
 def test_presets_build_the_planned_runs_in_ensembles_by_depth():
     assert studies.get("autoencoder-greedy-rank") is STUDY
     fast = build_runs(STUDY.preset("fast"))
-    assert len(fast) == 5 * 11 and len({s.name for s in fast}) == len(fast)
+    # per seed: 3 depths x 3 arms, L = 0, default L = 8, r3's low-noise L = 0 and 8, o's
+    # equal-variance L = 2, 4, 8
+    assert len(fast) == 5 * 16 and len({s.name for s in fast}) == len(fast)
     by_name = {s.name: s for s in fast}
     assert by_name["L8_default_seed2"].config.init == "default"
     assert by_name["L8_default_seed2"].group == by_name["L8_orth_seed0"].group == "L8"
@@ -328,14 +355,40 @@ def test_presets_build_the_planned_runs_in_ensembles_by_depth():
         assert step_size(judged.config) == step_size(control.config) == step_size(depth.config)
     assert step_size(by_name["L8_default_seed0"].config) == step_size(
         by_name["L8_orth_seed0"].config)  # fmt: skip
+    # r3's runs: S15's data noise 0.01; o's control: equal variances; both at the greedy s, step
+    for L, arm, field, value in (
+        (0, "quiet", "noise_std", 0.01), (8, "quiet", "noise_std", 0.01),
+        (4, "flat", "variances", [3.0] * 5),
+    ):  # fmt: skip
+        spec, ref = by_name[f"L{L}_orth_{arm}_seed3"], by_name[f"L{L}_orth_seed3"]
+        assert getattr(spec.config, field) == value and getattr(ref.config, field) != value
+        assert spec.config.arm == arm and spec.config.init_scale == ref.config.init_scale
+        assert step_size(spec.config) == step_size(ref.config) and spec.group == ref.group
     assert {s.config.seed for s in fast} == {0, 1, 2, 3, 4}
     assert not any(s.config.init == "default" and s.config.n_stack == 0 for s in fast)
     assert {s.config.seed for s in build_runs(STUDY.preset("smoke"), seed=1000)} == {
         1000, 1001, 1002}  # fmt: skip
     paper = build_runs(STUDY.preset("paper"))
-    assert len(paper) == 5 * (16 * 3 + 2)
-    with pytest.raises(ValueError, match="preset must be one of smoke, fast, paper"):
+    assert len(paper) == 5 * (16 * 3 + 2 + 2 + 3)
+    with pytest.raises(ValueError, match="preset must be one of smoke, fast, full, paper"):
         STUDY.preset("huge")
+
+
+def test_full_preset_builds_fifteen_seeds_of_every_arm_at_the_protocol_sizes():
+    """full: 15 seeds x 16 runs (>= 5 per arm), 9k steps, seeds base + k; sizes as the
+    protocol's full text says."""
+    preset = STUDY.preset("full")
+    specs = build_runs(preset, seed=1000)
+    assert PROTOCOL.seeds["full"] == preset.seeds == 15
+    assert len(specs) == 15 * 16 and len({s.name for s in specs}) == len(specs)
+    arms = {s.name.rsplit("_seed", 1)[0] for s in specs}
+    assert len(arms) == 16 and "L0_orth_quiet" in arms and "L8_orth_flat" in arms
+    for arm in arms:
+        seeds = sorted(s.config.seed for s in specs if s.name.rsplit("_seed", 1)[0] == arm)
+        assert seeds == list(range(1000, 1015)), arm
+    assert {s.config.loop.steps for s in specs} == {9000}
+    assert preset.depths == [0, 2, 4, 8] and preset.base.noise_std == 0.4
+    assert "9k steps" in PROTOCOL.presets["full"] and "15 seeds" in PROTOCOL.presets["full"]
 
 
 def test_smoke_preset_end_to_end(smoke_out):
@@ -356,5 +409,6 @@ def test_smoke_preset_end_to_end(smoke_out):
         control = claims[name]["control"]
         assert control["kind"] == "ablation" and control["n_seeds"] == 3, name
     assert claims["r4"]["control"]["per_seed"] != claims["r4"]["per_seed"]
-    # per seed: L = 2 greedy, s = 0.5, s = 1, default; L = 0
-    assert len(list((out / "runs").iterdir())) == 15
+    # per seed: L = 2 greedy, s = 0.5, s = 1, default, low-noise, equal-variance; L = 0 and
+    # L = 0 low-noise
+    assert len(list((out / "runs").iterdir())) == 3 * 8

@@ -17,12 +17,18 @@ __all__ = ["figures"]
 
 
 def _label(w: dict[str, Any]) -> str:
-    return f"L={w['L']} {w['init']}" + (
-        f" s={w['s']:.3g}" if w["L"] > 0 and w["init"] != "default" else ""
+    data = {"quiet": f" noise {w['noise']:g}", "flat": " equal variances"}.get(w["arm"], "")
+    return (
+        f"L={w['L']} {w['init']}"
+        + (f" s={w['s']:.3g}" if w["L"] > 0 and w["init"] != "default" else "")
+        + data
     )
 
 
-_STYLE = {"greedy": "-", "depth": "--", "control": ":", "default": "-."}
+_STYLE = {
+    "greedy": "-", "depth": "--", "control": ":", "default": "-.", "quiet": (0, (1, 3)),
+    "flat": (0, (5, 1, 1, 1)),
+}  # fmt: skip
 
 
 def _kind(w: dict[str, Any]) -> str:
@@ -57,7 +63,11 @@ def figures(rows: list[dict], runs: dict[str, Run], out: Path) -> list[Path]:
     ax1.legend(fontsize=6)
     paths.append(save_figure(fig, out / "latent_rank.png"))
 
-    shown = [w for w in rows if w["L"] > 0 and w["init"] == "orthogonal" and w["arm"] != "depth"]
+    shown = [
+        w
+        for w in rows
+        if w["L"] > 0 and w["init"] == "orthogonal" and w["arm"] in ("greedy", "control")
+    ]
     if shown:
         title = "gain a_kᵀ P a_k along data PC k (solid), σ_k(M_A) (dashed)"
         fig, axes = new_figure(len(shown), width=3.0, title=title)

@@ -44,8 +44,10 @@ class AutoencoderRun(EngineRunConfig):
     n_stack: int = Field(0, ge=0, description="L, linear layers in the bottleneck")
     init: Literal["orthogonal", "default"] = "orthogonal"
     init_scale: float = Field(0.5, gt=0, description="s, singular value of each orthogonal layer")
-    arm: Literal["greedy", "depth", "control"] = Field(
-        "greedy", description="the claims' arm: s from theory, one s for every depth, or s = 1"
+    arm: Literal["greedy", "depth", "control", "quiet", "flat"] = Field(
+        "greedy",
+        description="the claims' arm: s from theory, one s for every depth, s = 1, r3's "
+        "low-noise data or o's equal-variance data (the last two at the greedy s)",
     )
     optimizer: Literal["gd", "adam"] = "gd"
     lr: float = Field(0.05, gt=0, description="base step eta_0 (the step at L = 0)")
