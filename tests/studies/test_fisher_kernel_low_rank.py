@@ -158,6 +158,22 @@ def test_config_and_presets():
     assert len(build_runs(STUDY.preset("paper"))) == 2 * 4 * 2 * 5
 
 
+def test_full_preset_is_fast_system_at_the_registered_budget():
+    """full = fast's system (same run config but the step budget), 8 seeds per arm, 10,000
+    steps (the protocol's text), seeds base + 0..7 in both arms."""
+    fast, full = STUDY.preset("fast"), STUDY.preset("full")
+    assert full.seeds == PROTOCOL.seeds["full"] == 8
+    assert full.base.loop.steps == 10_000 and "10,000 Adam steps" in PROTOCOL.presets["full"]
+    assert full.base.model_copy(update={"loop": fast.base.loop}) == fast.base
+    assert (full.ks, full.models) == (fast.ks, fast.models) == ([32], ["mlp"])
+    specs = build_runs(full, seed=1000)
+    assert [s.name for s in specs] == [f"nfk_mlp_k32_seed{s}" for s in range(8)] + [
+        f"nfk_mlp_k32_shuffled_seed{s}" for s in range(8)
+    ]
+    assert [s.config.seed for s in specs] == [1000 + s for s in range(8)] * 2
+    assert [s.config.shuffle_labels for s in specs] == [False] * 8 + [True] * 8
+
+
 def test_the_shuffled_arm_trains_on_permuted_labels(tmp_path):
     base = FisherKernelRun(loop=loop(10), hidden=[8], n_scored=12, k=3, oversampling=4)
     run_members(build_fisher, [base, base.model_copy(update={"shuffle_labels": True})],

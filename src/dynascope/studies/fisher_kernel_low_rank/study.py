@@ -14,7 +14,7 @@ from .analysis import analyze
 from .protocol import PROTOCOL, SEEDS
 from .runs import FisherKernelRun, build_fisher
 
-__all__ = ["CLAIM", "SOURCE", "STUDY", "FisherKernelPreset", "build_runs"]
+__all__ = ["CLAIM", "FULL_STEPS", "SOURCE", "STUDY", "FisherKernelPreset", "build_runs"]
 
 CLAIM = (
     "The Neural Fisher Kernel of a trained classifier is close to low-rank: its top 32 "
@@ -56,6 +56,17 @@ def fast() -> FisherKernelPreset:
     return FisherKernelPreset(base=FisherKernelRun(loop=_loop(2000)), ks=[32], seeds=SEEDS["fast"])
 
 
+FULL_STEPS = 10_000  # both arms; the shuffled arm memorises by ~2.8k (calibration seed 10000)
+
+
+def full() -> FisherKernelPreset:
+    """S14's CPU system (fast's 64-64-64-10, N = 500, k = 32) at 10,000 Adam steps, 8 seeds per
+    arm: a budget at which the shuffled-label arm memorises its labels, so f1 and f3 are judged
+    against a trained ablation."""
+    base = FisherKernelRun(loop=_loop(FULL_STEPS))
+    return FisherKernelPreset(base=base, ks=[32], seeds=SEEDS["full"])
+
+
 def paper() -> FisherKernelPreset:
     """GPU: every training point scored, k in {16, 32, 64, 128}, MLP 256-256 and the CNN."""
     base = FisherKernelRun(loop=_loop(10_000, "cuda"), hidden=[256, 256], n_scored=1297,
@@ -86,7 +97,7 @@ STUDY = Study(
     name="fisher-kernel-low-rank",
     claim=CLAIM,
     source=SOURCE,
-    presets={"smoke": smoke, "fast": fast, "paper": paper},
+    presets={"smoke": smoke, "fast": fast, "full": full, "paper": paper},
     build_runs=build_runs,
     analyze=analyze,
     protocol=PROTOCOL,
