@@ -145,7 +145,7 @@ PROTOCOL = Protocol(
         "calibration seed 10000 (t_5 2.1k-4.2k; the noise floor rises ~5x later)",
         "full": "fast's design and arms, 9k steps, 15 seeds, 200 latent measurements: 9k = "
         "1.5x the slowest 5th-mode time of any arm with a fit bar on calibration seed 10000 "
-        "(16k-step pass, 5 seeds: 5.5k at L = 8 s = 0.5; greedy 1.8k-4.1k, noise 0.01 "
+        "(16k-step pass, 5 seeds: 5.5k at L = 8 s = 0.5; greedy 1.5k-4.1k, noise 0.01 "
         "2.1k-4.0k, equal variances 1.3k-2.1k, s = 1 < 100 steps), rounded up to 1k; 15 "
         "seeds for r4 (per-seed sd ~1k steps at calibration seed 10000 and at fast); "
         "328 s wall (316 s CPU) for 5 seeds x 16k steps at calibration seed 10000, so "
