@@ -106,6 +106,28 @@ def test_presets_validate_and_match_the_registry():
     assert len(build_runs(STUDY.preset("paper"))) == 2 * 3 * 8 * 10
 
 
+def test_full_preset_sizes_are_the_protocols():
+    """full: MLP widths 64-1024 x 24 seeds, RNN and attention 64-512 x 8 seeds (>= the
+    protocol's seeds per arm), attention on d_in = 32 tokens, NTK and muP arms alike."""
+    runs = build_runs(STUDY.preset("full"), 1000)
+    assert PROTOCOL.seeds["full"] == 8 and "24 seeds" in PROTOCOL.presets["full"]
+    sizes = {"mlp": ([64, 128, 256, 512, 1024], 24), "rnn": ([64, 128, 256, 512], 8),
+             "attention": ([64, 128, 256, 512], 8)}  # fmt: skip
+    for arch, (widths, seeds) in sizes.items():
+        for parametrization in ("ntk", "mup"):
+            mine = [s for s in runs if s.config.arch == arch
+                    and s.config.parametrization == parametrization]  # fmt: skip
+            assert sorted({s.config.width for s in mine}) == widths
+            assert sorted({s.config.seed for s in mine}) == list(range(1000, 1000 + seeds))
+            assert len(mine) == len(widths) * seeds
+            assert {s.config.d_in for s in mine} == {32 if arch == "attention" else 8}
+            assert {(s.config.lr, s.config.loop.steps, s.config.logit_scale) for s in mine} == {
+                (0.5, 200, "1/n")
+            }
+    assert len({s.name for s in runs}) == len(runs) == 2 * (5 * 24 + 2 * 4 * 8)
+    assert {s.config.d_in for s in build_runs(STUDY.preset("fast"))} == {8}  # fast unchanged
+
+
 def test_smoke_preset_end_to_end(smoke_out):
     outcome, out = smoke_out
     data = json.loads((out / "verdict.json").read_text(), parse_constant=pytest.fail)
@@ -164,3 +186,19 @@ def test_precondition_needs_finished_stable_runs_over_a_4x_width_span():
     assert not _precondition(rows(status="diverged"), "mlp").met
     assert not _precondition(rows(fit=0.6), "mlp").met  # did not fit its targets
     assert _precondition(rows(fit=0.6), "mlp").measured == pytest.approx(0.6)
+
+
+@pytest.mark.parametrize(("logit_scale", "rank"), [("1/n", 8), ("1/sqrt(n)", 16)])
+def test_attention_ntk_rank_at_width_depends_on_the_logit_scale(logit_scale, rank):
+    """Why ``full`` scales attention logits by 1/sqrt(n): with 1/n the logits vanish at width,
+    the W_Q/W_K part of the eNTK is O(1/n), and Theta_0 of the attention net is a linear kernel
+    on the token mean (rank d_in = 8 < N = 16), so kernel GD cannot fit 16 random targets;
+    with 1/sqrt(n) the logits stay O(1) and Theta_0 has full rank N (oracle: rank count of the
+    eigenvalues above 1e-3 lambda_max; the 1/n gap measured ~1e-4 at width 512)."""
+    cfg = UniversalityRun(arch="attention", width=256, seed=20000, loop=LOOP,
+                          logit_scale=logit_scale)  # fmt: skip
+    x, _ = make_data(cfg, SeedStreams(20000).generator("inputs"))
+    net = build_model(cfg, SeedStreams(20000).generator("init"))
+    eigenvalues = torch.linalg.eigvalsh(empirical_ntk(*model_function(net), x, mode="trace"))
+    assert x.shape == (16, 5, 8)
+    assert int((eigenvalues > 1e-3 * eigenvalues[-1]).sum()) == rank

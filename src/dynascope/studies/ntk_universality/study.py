@@ -17,7 +17,14 @@ from .analysis import ARCHITECTURES, analyze
 from .protocol import PROTOCOL
 from .runs import UniversalityRun, build_universality
 
-__all__ = ["CLAIM", "NTKUniversalityPreset", "STUDY", "UniversalitySetup", "build_runs"]
+__all__ = [
+    "CLAIM",
+    "ArchSettings",
+    "NTKUniversalityPreset",
+    "STUDY",
+    "UniversalitySetup",
+    "build_runs",
+]
 
 CLAIM = (
     "MLP, RNN and attention nets in NTK parametrization follow kernel gradient descent with a "
@@ -28,6 +35,9 @@ SOURCE = (
     "Yang & Littwin, 'Tensor Programs IIb: Architectural Universality of Neural Tangent Kernel "
     "Training Dynamics', ICML 2021, arXiv 2105.03703"
 )
+
+
+Arch = Literal["mlp", "rnn", "attention"]
 
 
 class UniversalitySetup(BaseModel):
@@ -47,16 +57,27 @@ class UniversalitySetup(BaseModel):
     dtype: Literal["float32", "float64"] = "float32"
 
 
+class ArchSettings(BaseModel):
+    """One architecture's departures from its preset (``None``: the preset's value)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    widths: list[int] | None = Field(None, min_length=2)
+    seeds: int | None = Field(None, ge=1)
+    d_in: int | None = Field(None, ge=1, description="input (token) width")
+
+
 class NTKUniversalityPreset(BaseModel):
     """A preset: architectures x widths x seeds around a shared setup."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     base: UniversalitySetup = UniversalitySetup()
-    architectures: list[Literal["mlp", "rnn", "attention"]] = Field(
-        default_factory=lambda: list(ARCHITECTURES), min_length=1
-    )
+    architectures: list[Arch] = Field(default_factory=lambda: list(ARCHITECTURES), min_length=1)
     widths: list[int] = Field(min_length=2)
+    per_arch: dict[Arch, ArchSettings] = Field(
+        default_factory=dict, description="an architecture's own widths, seeds or d_in"
+    )
     seeds: int = Field(5, ge=1)
     ablation: bool = Field(True, description="also train every net in muP (the controls' arm)")
 
@@ -81,6 +102,33 @@ def fast() -> NTKUniversalityPreset:
     return NTKUniversalityPreset(widths=[64, 128, 256, 512], seeds=5)
 
 
+FULL_MLP_SEEDS = 24  # u2-mlp's seeds: calibration seeds 30000-30009 (docs/studies page, "full")
+FULL_SEEDS = 8  # the RNN's and the attention net's seeds
+FULL_ATTENTION_D_IN = 32  # token width of the attention net at full: d_in > N, see full()
+
+
+def full() -> NTKUniversalityPreset:
+    """3 architectures in NTK and muP, 200 steps: the MLP at widths {64, ..., 1024} x 24
+    seeds, the RNN and the attention net at widths {64, ..., 512} x 8 seeds, the attention
+    net on tokens of width d_in = 32.
+
+    Sized on calibration seeds 30000-30009 (10 seeds, widths to 1024 for the MLP): u2-mlp's
+    per-seed slopes had mean -0.56 and sd 0.25 over widths 64-1024 (-0.47 over 128-1024), so
+    its interval excludes -0.4 with ~85 % power at 24 seeds (22 for 80 %, 28 for 90 %); the
+    other five claims' slopes (mean -0.86 to -0.93, sd 0.12-0.22) need 5. Attention gets
+    d_in = 32 because with 1/n logits its eNTK at width is a linear kernel on the mean token,
+    of rank d_in (measured: 8 eigenvalues above 1e-3 lambda_max at width 512, the rest
+    ~1e-4), so at d_in = 8 < N = 16 kernel GD cannot fit 16 random targets below ~0.5-0.6 of
+    their MSE and the fit precondition fails by construction at large width (it did at fast);
+    1/sqrt(n) logits give a full-rank kernel but no kernel regime (u1 slope -0.22, u2 -0.07
+    on seeds 30000-30009), so 1/n stays.
+    """
+    mlp = ArchSettings(widths=[64, 128, 256, 512, 1024], seeds=FULL_MLP_SEEDS)
+    attention = ArchSettings(d_in=FULL_ATTENTION_D_IN)
+    return NTKUniversalityPreset(widths=[64, 128, 256, 512], seeds=FULL_SEEDS,
+                                 per_arch={"mlp": mlp, "attention": attention})  # fmt: skip
+
+
 def paper() -> NTKUniversalityPreset:
     """GPU scale (S17): widths up to 8192, 10 seeds, float64."""
     base = UniversalitySetup(dtype="float64")
@@ -101,11 +149,14 @@ def build_runs(preset: NTKUniversalityPreset, seed: int = 0) -> list[RunSpec]:
     arms = [("ntk", ""), ("mup", "_mup")] if preset.ablation else [("ntk", "")]
     for parametrization, tag in arms:
         for arch in preset.architectures:
-            for width in preset.widths:
+            own = preset.per_arch.get(arch, ArchSettings())
+            arch_setup = setup | ({} if own.d_in is None else {"d_in": own.d_in})
+            for width in own.widths or preset.widths:
                 group = f"{arch}{tag}_n{width}"
-                for i in range(preset.seeds):
+                for i in range(own.seeds or preset.seeds):
                     config = UniversalityRun(arch=arch, width=width, seed=seed + i, loop=loop,
-                                             parametrization=parametrization, **setup)  # fmt: skip
+                                             parametrization=parametrization,
+                                             **arch_setup)  # fmt: skip
                     specs.append(RunSpec(f"{group}_s{i}", config, build_universality, group=group))
     return specs
 
@@ -114,7 +165,7 @@ STUDY = Study(
     name="ntk-universality",
     claim=CLAIM,
     source=SOURCE,
-    presets={"smoke": smoke, "fast": fast, "paper": paper},
+    presets={"smoke": smoke, "fast": fast, "full": full, "paper": paper},
     build_runs=build_runs,
     analyze=analyze,
     protocol=PROTOCOL,
