@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from dynascope import studies
 from dynascope.cli import app
-from dynascope.report.study_page import END, START, merge_page
+from dynascope.report.study_page import END, START, merge_page, study_section
 
 EXECUTORS = Path(__file__).parents[1] / "executors"
 runner = CliRunner()
@@ -237,3 +237,22 @@ def test_repeated_preset_gives_one_table_each_and_the_last_measured_presets_figu
     # stub-b has no full preset: one fast table, no full one
     text_b = (out / "stub-b.md").read_text()
     assert "No stored verdict for `fast` yet" in text_b and "`full`" not in text_b
+
+
+def test_a_verdict_written_under_another_protocol_says_so():
+    study = studies.get("ntk-lazy-validity")
+    current = {
+        "status": "held",
+        "seed": 0,
+        "claims": [],
+        "protocol": {"sha256": study.protocol.sha256},
+    }
+    earlier = current | {"protocol": {"sha256": "ab" * 32}}
+    text = study_section(
+        study, preset="full", verdicts={"fast": (earlier, None), "full": (current, None)}
+    )
+    note = "Measured under an earlier version of the protocol (sha256 `abababababababab…`)"
+    assert text.count(note) == 1
+    assert text.index("(`fast`)") < text.index(note) < text.index("(`full`)")
+    no_hash = current | {"protocol": {}}
+    assert "earlier version" not in study_section(study, verdict=no_hash)

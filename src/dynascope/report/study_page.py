@@ -86,9 +86,12 @@ def _verdict_table(info: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _verdict_lines(preset: str, run: str, stored: StoredVerdict | None) -> list[str]:
+def _verdict_lines(
+    preset: str, run: str, stored: StoredVerdict | None, sha256: str | None = None
+) -> list[str]:
     """The ``## Measured verdicts (PRESET)`` part: the status line and the claim table, or
-    how to get a verdict when none is stored."""
+    how to get a verdict when none is stored; a verdict written under another protocol than
+    the study's (``sha256``, the current one's hash) says so."""
     lines = ["", f"## Measured verdicts (`{preset}`)", ""]
     if stored is None:
         return lines + [
@@ -108,12 +111,25 @@ def _verdict_lines(preset: str, run: str, stored: StoredVerdict | None) -> list[
     return lines + [
         f"Status: **{verdict.get('status', 'unknown')}** ({n_held} of "
         f"{len(verdict['claims'])} claims held; {how}). A claim that did not hold is a "
-        "measured result at this preset's scale ([how verdicts are judged](../verdicts.md)).",
+        "measured result at this preset's scale ([how verdicts are judged](../verdicts.md))."
+        + _protocol_note(verdict, sha256),
         "",
         *_verdict_table(verdict),
         "",
         "† the protocol logs an amendment to this claim (below).",
     ]
+
+
+def _protocol_note(verdict: dict[str, Any], sha256: str | None) -> str:
+    """`` Measured under an earlier protocol ...`` when the verdict's protocol hash is not
+    ``sha256``; ``""`` when it is, or when either is unknown."""
+    measured = (verdict.get("protocol") or {}).get("sha256")
+    if not measured or not sha256 or measured == sha256:
+        return ""
+    return (
+        f" Measured under an earlier version of the protocol (sha256 `{measured[:16]}…`); "
+        "its amendment log below says what changed since."
+    )
 
 
 def study_section(
@@ -166,12 +182,13 @@ def study_section(
         f"| `{name}` | {_cell(_first_paragraph(fn))} | {_cell(cost_text(costs.get(name)))} |"
         for name, fn in study.presets.items()
     ]
+    protocol = getattr(study, "protocol", None)
+    sha256 = None if protocol is None else protocol.sha256
     for shown, stored in verdicts.items():
         command = run.replace(f"--preset {preset}", f"--preset {shown}").replace(
             f"{study.name}-{preset}", f"{study.name}-{shown}"
         )
-        lines += _verdict_lines(shown, command, stored)
-    protocol = getattr(study, "protocol", None)
+        lines += _verdict_lines(shown, command, stored, sha256)
     if protocol is not None:
         lines += ["", protocol.markdown().rstrip()]
     lines += ["", f"## Figures (`{preset}`)" if len(verdicts) > 1 else "## Figures", ""]
