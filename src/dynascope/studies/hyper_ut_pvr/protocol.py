@@ -14,9 +14,11 @@ Controls are ablations at the same budget and judged with the same statistic:
   at the largest trained h, where an advantage in generalisation beyond the trained hops cannot
   show; it can hold if Hyper-UT simply fits better.
 
-Proposed amendments (not made): ``fast`` cannot meet the fit preconditions (the audit fit the
-trained hops at ~3k steps, ~850 CPU-s for 3 seeds); a ``full`` preset at ~3k steps would need
-calibration on seeds >= 10000 first.
+No ``full`` preset: ``fast`` cannot meet the fit preconditions, and neither can 20 minutes on
+one core. Calibration seed 20000 (2026-12-07): UT-ACT's worst trained-h accuracy was 0.83 after
+5000 steps (118.7 CPU-s), and 5 seeds of the four arms cost ~0.81 CPU-s per step, so 20 minutes
+buy ~1,500 steps (worst trained h <= 0.65 there). ``paper`` (GPU) carries u1-u3; numbers in
+docs/studies/hyper-ut-pvr.md.
 """
 
 from __future__ import annotations
