@@ -7,9 +7,11 @@ threshold, direction and statistic live only here (``shared/DESIGN.md``, Protoco
 Proposed amendments (not made: each would change what a verdict reads; to be re-tested on
 fresh seeds before it is adopted):
 
-- none yet. Wanted: a ``full`` preset at the sample count where both kinds meet ID
-  R² >= 0.5 on calibration seeds (the learning curves of the notes page suggest ~192k samples a
-  run); it is not added here.
+- none yet. A ``full`` preset (the sample count where every HYLA, linear and twin run meets ID
+  R² >= 0.5, 5 seeds per arm, <= 20 min on one core) was sized on calibration seeds 10000-10002
+  (2026-12-07, notes page) and not added: at 307k samples a run (2,400 steps × 128, lr 1e-3)
+  linear runs read ID R² 0.414 and 0.485, and the 15 runs would cost ~2,610 s on one core; lr
+  3e-3 or batch 64 fit no faster per sample.
 """
 
 from __future__ import annotations
