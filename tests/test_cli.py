@@ -185,7 +185,7 @@ def test_study_list():
     for name in studies.names():  # each study's own presets, and its reproducing preset
         study = studies.get(name)
         row = next(line for line in result.stdout.splitlines() if f" {name} " in line)
-        assert ", ".join(study.presets) in row, row
+        assert "/".join(study.presets) in row, row
         clause = reproduces_clause(study.protocol.reproduces)
         assert row.split("│")[3].strip() in clause, (row, clause)  # the clause may wrap
     assert study.claim not in result.stdout  # claims only with --long

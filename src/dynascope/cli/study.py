@@ -58,7 +58,7 @@ def study_list(
     table.add_column("cost", justify="right", no_wrap=True)
     for name, presets, _, reproduces in rows:
         cost = costs.get(name, {}).get(reproducing_preset(reproduces) or "", {}).get("wall_s")
-        table.add_row(name, ", ".join(presets), reproduces or "—", _duration(cost))
+        table.add_row(name, "/".join(presets), reproduces or "—", _duration(cost))
     print_table(table, max_width=100)
     if long:  # a paragraph each: prose reads badly in a narrow column
         for name, _, claim, _ in rows:
