@@ -60,7 +60,10 @@ def figures(rows: list[dict], runs: dict[str, Run], out: Path) -> list[Path]:
         ax.set_xlabel("step + 1")
     ax1.set(ylabel=f"rank at {RANK_TOL:g} (λ_i / λ_1)", title="rank_1e-2")
     ax2.set(ylabel="effective rank", title="effective rank (dotted: true rank)")
-    ax1.legend(fontsize=6)
+    # outside the axes: 16 runs' labels would hide the curves
+    ax2.legend(*ax1.get_legend_handles_labels(), fontsize=6, loc="upper left",
+               bbox_to_anchor=(1.02, 1.0))  # fmt: skip
+    fig.set_figwidth(fig.get_figwidth() * 1.35)
     paths.append(save_figure(fig, out / "latent_rank.png"))
 
     shown = [
