@@ -45,7 +45,7 @@ from .verdict import (
     judge,
 )
 
-__all__ = ["CALIBRATION_MIN", "Amendment", "ClaimSpec", "Protocol"]
+__all__ = ["CALIBRATION_MIN", "EDITORIAL_REWORDING", "Amendment", "ClaimSpec", "Protocol"]
 
 CALIBRATION_MIN = 10_000
 
@@ -204,6 +204,22 @@ class Amendment:
             "reason": self.reason,
             "seen": self.seen,
         }
+
+
+EDITORIAL_REWORDING = Amendment(
+    date="2026-12-07",
+    claims=("*",),
+    change="editorial: the amendment log, registered text and threshold sources name "
+    "the audits by date ('the fit audit', 'the 2026-12-02 audit') instead of internal "
+    "tracker numbers; no statement, statistic, threshold, step count, seed count, "
+    "precondition or control changed",
+    reason="user-facing text carries no internal issue numbers; the wording change moves "
+    "the protocol's sha256, so it is logged here",
+    seen="every fast verdict at seeds 0 and 1000 (docs/studies.md, "
+    "docs/studies-seed1000.md), unchanged by this entry",
+)
+"""The amendment entry of the 2026-12-07 editorial rewording, shared by the protocols whose
+text it changed (the same entry, so the same hash contribution)."""
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ Proposed amendments (not made: each could flip a verdict, and ``full`` is not si
 
 from __future__ import annotations
 
-from dynascope.studies.protocol import Amendment, ClaimSpec, Protocol
+from dynascope.studies.protocol import EDITORIAL_REWORDING, Amendment, ClaimSpec, Protocol
 
 __all__ = ["B1_EDGE", "B2_FLOOR", "B3_LAZY", "FIT_MSE", "PROTOCOL", "VERDICT_D"]
 
@@ -159,17 +159,6 @@ PROTOCOL = Protocol(
             "number (0.83 = 0.83); every arm read must have trained",
             seen="fast verdicts at seeds 0 and 1000 (registered above)",
         ),
-        Amendment(
-            date="2026-12-07",
-            claims=("*",),
-            change="editorial: the amendment log, registered text and threshold sources name "
-            "the audits by date ('the fit audit', 'the 2026-12-02 audit') instead of internal "
-            "tracker numbers; no statement, statistic, threshold, step count, seed count, "
-            "precondition or control changed",
-            reason="user-facing text carries no internal issue numbers; the wording change moves "
-            "the protocol's sha256, so it is logged here",
-            seen="every fast verdict at seeds 0 and 1000 (docs/studies.md, "
-            "docs/studies-seed1000.md), unchanged by this entry",
-        ),
+        EDITORIAL_REWORDING,
     ),
 )

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from dynascope.studies.protocol import Amendment, ClaimSpec, Protocol
+from dynascope.studies.protocol import EDITORIAL_REWORDING, Amendment, ClaimSpec, Protocol
 
 __all__ = ["FIT_ACCURACY", "FIT_LOSS", "PROTOCOL", "SEEDS"]
 
@@ -155,18 +155,7 @@ PROTOCOL = Protocol(
             seen="the earlier contract's fast verdicts at seeds 0-2 and 1000-1002 (f1 not held, "
             "f2 held, f3 held).",
         ),
-        Amendment(
-            date="2026-12-07",
-            claims=("*",),
-            change="editorial: the amendment log, registered text and threshold sources name "
-            "the audits by date ('the fit audit', 'the 2026-12-02 audit') instead of internal "
-            "tracker numbers; no statement, statistic, threshold, step count, seed count, "
-            "precondition or control changed",
-            reason="user-facing text carries no internal issue numbers; the wording change moves "
-            "the protocol's sha256, so it is logged here",
-            seen="every fast verdict at seeds 0 and 1000 (docs/studies.md, "
-            "docs/studies-seed1000.md), unchanged by this entry",
-        ),
+        EDITORIAL_REWORDING,
         Amendment(
             date="2026-12-07",
             claims=("f1", "f2", "f3"),

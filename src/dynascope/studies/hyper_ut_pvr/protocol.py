@@ -23,7 +23,7 @@ docs/studies/hyper-ut-pvr.md.
 
 from __future__ import annotations
 
-from dynascope.studies.protocol import Amendment, ClaimSpec, Protocol
+from dynascope.studies.protocol import EDITORIAL_REWORDING, Amendment, ClaimSpec, Protocol
 
 __all__ = ["FIT_ACCURACY", "PROTOCOL", "U1_RHO", "U3_Z"]
 
@@ -131,17 +131,6 @@ PROTOCOL = Protocol(
             "status could flip to held.",
             seen="the earlier contract's fast verdicts at seeds 0 and 1000",
         ),
-        Amendment(
-            date="2026-12-07",
-            claims=("*",),
-            change="editorial: the amendment log, registered text and threshold sources name "
-            "the audits by date ('the fit audit', 'the 2026-12-02 audit') instead of internal "
-            "tracker numbers; no statement, statistic, threshold, step count, seed count, "
-            "precondition or control changed",
-            reason="user-facing text carries no internal issue numbers; the wording change moves "
-            "the protocol's sha256, so it is logged here",
-            seen="every fast verdict at seeds 0 and 1000 (docs/studies.md, "
-            "docs/studies-seed1000.md), unchanged by this entry",
-        ),
+        EDITORIAL_REWORDING,
     ),
 )
