@@ -276,6 +276,26 @@ def test_presets_build_the_planned_runs():
         1000, 1001, 1002}  # fmt: skip
 
 
+def test_full_preset_is_the_registered_protocol():
+    """full: fast's arms with b1's bottleneck budget at 10k steps (no censoring on the
+    calibration seeds), 5 seeds per arm, seeds base + k; no run trains here."""
+    full = build_runs(STUDY.preset("full"), seed=1000)
+    n_seeds = PROTOCOL.seeds["full"]
+    assert n_seeds >= 5 and len(full) == n_seeds * (1 + 3 + 2 * 3)
+    by = {s.name: s for s in full}
+    for n in (128, 256, 512):
+        for k in range(n_seeds):
+            bott, lazy = by[f"bottleneck_d4_n{n}_seed{k}"], by[f"lazy_d4_n{n}_seed{k}"]
+            assert bott.config.loop.steps == lazy.config.loop.steps == 10000
+            assert bott.group == f"bottleneck_d4_n{n}" and bott.config.seed == 1000 + k
+    assert {s.config.loop.steps for s in full if s.config.net == "wide"} == {1200}
+    assert sorted({s.config.width for s in full if s.config.net == "wide"}) == [64, 128, 256]
+    assert {s.config.loop.steps for s in full if s.config.net == "kernel"} == {5000}
+    assert {s.config.kernel_step for s in full} == {0.25}
+    assert {s.config.loop.device for s in full} == {"cpu"}
+    assert "full" in PROTOCOL.presets and 10000 in PROTOCOL.calibration_seeds
+
+
 def test_smoke_preset_end_to_end(smoke_out):
     whole, out = smoke_out
     data = json.loads((out / "verdict.json").read_text())

@@ -14,15 +14,24 @@ a fixed kernel, so its steps to the target are exact from the kernel's eigenbasi
 (``runs.kernel_gd_steps_to_target``) and never censored: claim and control no longer read
 the same budget-bound number. The detail of b1 lists the censored (seed, width) pairs.
 
-Proposed amendments (not made: each could flip a verdict, and ``full`` is not sized yet):
+``full`` (2026-12-07, sized on calibration seed 10000 before seeds 0 and 1000 ran at full):
+fast's arms with the bottleneck nets and their lazy twins at 10k steps instead of 3k, so that
+b1's claim arm is resolved, not censored. On seeds 10000-10004 every bottleneck run reached
+MSE 1e-3 by step 7,368 (1,145-7,368; the kernel GD at 3,291-3,540), so 10k leaves a 1.36x
+margin; the whole preset took 720 s wall, 685 s CPU on one core. No claim, metric,
+threshold, precondition or control changed.
 
-- b1 at a budget where no bottleneck run is censored (the c = 0.5 calibration put the
-  max-over-width ratio at 1.2-1.8, i.e. ~6k steps at c = 0.25): ``full``.
+Proposed amendments (not made):
+
 - b2's control (the all-wide nets) runs at other widths ({64, 128, 256} against
-  {128, 256, 512}) and a shorter budget (1.2k against 3k steps) than the claim's arm; the same
-  widths and budget would make it the same experiment without the bottleneck.
-- b3 needs widths where the all-wide net is near its lazy limit (n >= 1024 by the measured
-  trend): ``paper``.
+  {128, 256, 512}) and a shorter budget (1.2k against 10k steps at full) than the claim's
+  arm; the same widths and budget would make it the same experiment without the bottleneck
+  (at n = 512 the all-wide net costs ~40 ms a step on one core: ~7 min a seed at 10k steps).
+  At these widths the all-wide middle layer moves as ~n^-0.35, so its spread over a 4x width
+  range is ~1.6, close to b2's 1.5: on calibration seed 10000 (full) the control read 1.63
+  [1.43, 1.82], so b2 is expected `inconclusive` at full unless the evaluation seeds separate
+  it. A control that fails cleanly needs the n^-1/2 regime (spread 2), the same widths as b3.
+- b3 needs widths where the all-wide net is near its lazy limit: ``paper``.
 """
 
 from __future__ import annotations
@@ -101,7 +110,7 @@ PROTOCOL = Protocol(
             "keep moving)",
         ),
     ),
-    seeds={"smoke": 3, "fast": 5, "paper": 5},
+    seeds={"smoke": 3, "fast": 5, "full": 5, "paper": 5},
     calibration_seeds=(10000, 20000),
     presets={
         "smoke": "n in {32, 64} (all-wide {16, 256}), N = 32, 200 / 120 / 800 steps, 3 seeds: "
@@ -110,11 +119,24 @@ PROTOCOL = Protocol(
         "for 1.2k, kernel GD 5k, c = 0.25 (fixed on calibration seeds 10000-10002 and "
         "20000-20002 as the largest of 1, 1/2, 1/4 keeping every run off the edge of "
         "stability), 5 seeds",
+        "full": "fast's arms with the bottleneck nets and their lazy twins at 10k steps (3k at "
+        "fast): all-wide n in {64, 128, 256} for 1.2k, kernel GD 5k, c = 0.25, 5 seeds. Sized "
+        "on calibration seeds 10000-10004 (full, before seeds 0 and 1000 ran at full): every "
+        "bottleneck run reached MSE 1e-3 by step 7,368 (range 1,145-7,368; kernel GD 3,291-3,540), "
+        "so no b1 value is censored and 10k leaves a 1.36x margin; 720 s wall, 685 s CPU on one "
+        "core. The all-wide widths stay fast's: n = 512 would add ~210 s for 5 seeds, and the "
+        "widest all-wide net (n = 256) was 1.1-6.7x faster than its limit there (b3's "
+        "precondition: within 2x), so b3 is left to paper",
         "paper": "n in {256, 1024, 4096, 16384}, d in {1, 2, 4, 8}, 8k / 1.2k / 16k steps, 5 "
         "seeds (GPU)",
     },
     reproduces="none yet: at fast b1's bottleneck runs are censored at 3k steps and b3's "
-    "all-wide nets are not lazy (needs paper's widths)",
+    "all-wide nets are not lazy (needs paper's widths). Expected at full (calibration seed "
+    "10000): b1 not held, resolved (1.52 [0.91, 2.13], no run censored: at the same step in "
+    "kernel units the bottleneck net needs 1.0-2.2x the limit's steps, not <= 0.5x), its lazy "
+    "twin not held (11.1); b2 inconclusive (1.27 [1.05, 1.49], but its control, the all-wide "
+    "spread, 1.63 [1.43, 1.82], cannot be told from 1.5); b3 inconclusive (precondition: the "
+    "n = 256 all-wide net's MSE 0.15-0.87 of its limit's)",
     registered="2026-12-07: converted to the interval contract after the fast "
     "verdicts at seeds 0 and 1000 (3 seeds, c = 0.25) had been seen: b1 not held (>= 0.830 / "
     ">= 0.828, censored; lazy twin the same censored value), b2 held (1.36 / 1.35), b3 "
@@ -160,5 +182,21 @@ PROTOCOL = Protocol(
             seen="fast verdicts at seeds 0 and 1000 (registered above)",
         ),
         EDITORIAL_REWORDING,
+        Amendment(
+            date="2026-12-07",
+            claims=("b1", "b2", "b3"),
+            change="new preset full: fast's arms and seeds per arm (5), the bottleneck nets and "
+            "their lazy twins at 10k steps (3k at fast); no statement, metric, statistic, "
+            "threshold, precondition or control changed",
+            reason="at fast b1's claim arm was censored at 3k steps (10 of 15 and 7 of 15 "
+            "(seed, width) pairs at seeds 0 and 1000), so its ratio was a lower bound; on "
+            "calibration seeds 10000-10004 every bottleneck run reached the target by step "
+            "7,368",
+            seen="fast verdicts at seeds 0 and 1000 (b1 not held 0.84 [0.77, 0.92] / "
+            "inconclusive 0.81 on the fit precondition, worst 0.109; b2 inconclusive 1.26 "
+            "[0.96, 1.57] / 1.32 on the fit precondition; b3 inconclusive, not lazy, factor "
+            "3.9 / 3.1) and the full calibration at seed 10000 (b1 1.52 [0.91, 2.13], b2 1.27 "
+            "[1.05, 1.49] with control 1.63 [1.43, 1.82], b3 not lazy, factor 6.7)",
+        ),
     ),
 )

@@ -60,6 +60,15 @@ def fast() -> BottleneckPreset:
                             wide_widths=[64, 128, 256])  # fmt: skip
 
 
+def full() -> BottleneckPreset:
+    """Fast's arms with b1 resolved: bottleneck n in {128, 256, 512} and their lazy twins for
+    10k steps (no run censored on the calibration seeds), all-wide n in {64, 128, 256} for
+    1.2k, the analytic-NTK kernel GD for 5k, 5 seeds, every arm at lr = 0.25 N / λ_max(Θ0)."""
+    return BottleneckPreset(base=BottleneckRun(loop=_loop(1)), widths=[128, 256, 512],
+                            wide_widths=[64, 128, 256], steps=10000,
+                            seeds=PROTOCOL.seeds["full"])  # fmt: skip
+
+
 def paper() -> BottleneckPreset:
     """GPU: n in {256, 1024, 4096, 16384} (all-wide up to 4096, 1.2k steps as in fast), d in
     {1, 2, 4, 8}, 5 seeds (eNTK blocks of 4)."""
@@ -101,7 +110,7 @@ STUDY = Study(
     name="bottleneck-acceleration",
     claim=CLAIM,
     source=SOURCE,
-    presets={"smoke": smoke, "fast": fast, "paper": paper},
+    presets={"smoke": smoke, "fast": fast, "full": full, "paper": paper},
     build_runs=build_runs,
     analyze=analyze,
     protocol=PROTOCOL,
