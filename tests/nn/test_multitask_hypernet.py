@@ -50,6 +50,45 @@ def test_code_gradient_matches_autograd(layers):
     torch.testing.assert_close(grad, expected, rtol=1e-10, atol=1e-12)
 
 
+def _plain_code_gradient(net: MultitaskHypernet, x, y, z):
+    """The plain form code_gradient replaced (2026-12-07): pre-activations divided by
+    sqrt(fan_in), the ReLU mask as a float multiply."""
+    scales = [math.sqrt(a) for a, _ in net.shapes]
+    Ws, hs, us = net.weights(z), [x], []
+    for W, scale in zip(Ws, scales):
+        us.append(torch.bmm(hs[-1], W) / scale)
+        hs.append(torch.relu(us[-1]))
+    err = hs[-1] @ net.W_head - y
+    dh = (err / (err.shape[1] * err.shape[2])) @ net.W_head.T
+    grad = torch.zeros_like(z)
+    for layer in reversed(range(net.n_hidden_layers)):
+        du = dh * (us[layer] > 0)
+        dW = torch.bmm(hs[layer].transpose(1, 2), du) / scales[layer]
+        grad += dW.reshape(z.shape[0], -1) @ net.theta[layer].T
+        if layer:
+            dh = torch.bmm(du, Ws[layer].transpose(1, 2)) / scales[layer]
+    return 0.5 * err.square().mean((1, 2)), grad
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**16), layers=st.integers(1, 2), n_input=st.sampled_from([4, 5, 16]))
+def test_code_gradient_equals_the_plain_form(seed, layers, n_input):
+    # Oracle: the plain form above. Scaling the weights instead of the pre-activations is exact
+    # when sqrt(fan_in) is a power of two (S5's fan_in 16, float32): bitwise equal there, equal
+    # to float32 rounding otherwise (the second layer's fan_in is 7).
+    g = torch.Generator().manual_seed(seed)
+    net = MultitaskHypernet(n_input, 7, 3, 4, layers, generator=g)
+    x = torch.rand(3, 9, n_input, generator=g) * 3.4 - 1.7
+    y, z = torch.randn(3, 9, 3, generator=g), torch.randn(3, 4, generator=g)
+    with torch.no_grad():
+        expected = _plain_code_gradient(net, x, y, z)
+    got = net.code_gradient(x, y, z)
+    if layers == 1 and n_input in (4, 16):
+        assert all(torch.equal(a, b) for a, b in zip(got, expected))
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
 @settings(max_examples=10, deadline=None)
 @given(seed=st.integers(0, 2**16), log_scale=st.floats(-3, 3))
 def test_permuted_positively_rescaled_units_leave_the_function_unchanged(seed, log_scale):

@@ -132,9 +132,14 @@ class MultitaskHypernet(nn.Module):
         """Per-task loss ``0.5 mean((ŷ − y)²)`` and its gradient in the code, by hand.
 
         The backward pass is written out (no autograd graph, parameters treated as
-        constants): 1.3-1.6x less CPU time than autograd per inner step at the S5 fast
-        sizes (32 tasks x 64 inputs, measured on one thread), and checked against autograd
-        in the tests.
+        constants) and checked against autograd in the tests. Cost (S5 fast sizes, 32 tasks x
+        64 inputs, one thread, under the ensemble's vmap over 10 members): the ReLU's mask is
+        applied by the fused ``threshold_backward`` (no boolean mask turned into floats and
+        multiplied), and ``1/sqrt(fan_in)`` scales the generated weights ``[tasks, fan_in,
+        fan_out]`` instead of the pre-activations ``[tasks, batch, fan_out]``; together 10.5 ->
+        8.4 ms per call (2026-12-07). Both are exact when ``sqrt(fan_in)`` is a power of two
+        (S5's first layer, fan_in 16): the results are bitwise those of the plain form; for
+        other fan-ins they differ by rounding only.
 
         Args:
             x: ``[tasks, batch, n_input]``; y: ``[tasks, batch, n_output]`` targets;
@@ -151,21 +156,21 @@ class MultitaskHypernet(nn.Module):
             )
         with torch.no_grad():
             scales = [math.sqrt(fan_in) for fan_in, _ in self.shapes]
-            Ws = self.weights(z)
-            hs, us = [x], []
-            for W, scale in zip(Ws, scales):
-                us.append(torch.bmm(hs[-1], W) / scale)
-                hs.append(torch.relu(us[-1]))
+            Ws = [W / scale for W, scale in zip(self.weights(z), scales)]  # scaled weights
+            hs = [x]
+            for W in Ws:
+                hs.append(torch.relu(torch.bmm(hs[-1], W)))
             err = hs[-1] @ self.W_head - y
             loss = 0.5 * err.square().mean((1, 2))
             dh = (err / (err.shape[1] * err.shape[2])) @ self.W_head.T
             grad = torch.zeros_like(z)
             for layer in reversed(range(self.n_hidden_layers)):
-                du = dh * (us[layer] > 0)
+                # ReLU's backward: dh where the unit is active (h > 0 iff u > 0), else 0
+                du = torch.ops.aten.threshold_backward(dh, hs[layer + 1], 0)
                 dW = torch.bmm(hs[layer].transpose(1, 2), du) / scales[layer]
                 grad += dW.reshape(z.shape[0], -1) @ self.theta[layer].T
                 if layer:
-                    dh = torch.bmm(du, Ws[layer].transpose(1, 2)) / scales[layer]
+                    dh = torch.bmm(du, Ws[layer].transpose(1, 2))
         return loss, grad
 
     def forward(self, x: Tensor, z: Tensor) -> Tensor:
