@@ -26,6 +26,7 @@ from dynascope.studies.randomized_algorithms import (
 from dynascope.studies.randomized_algorithms.analysis import _main_table, _verdicts
 from dynascope.studies.randomized_algorithms.protocol import PROTOCOL
 from dynascope.studies.randomized_algorithms.runs import colouring_model
+from dynascope.studies.randomized_algorithms.study import FULL_STEPS
 from dynascope.train import Loop, run_members
 
 
@@ -296,6 +297,26 @@ def test_fast_trains_each_arm_as_one_ensemble_and_the_opt_in_and_paper_presets_b
     paper = [s.name for s in build_runs(STUDY.preset("paper"))]
     assert "grid_s4" in paper and "sweep_N20_q100_s4" in paper and "msweep_m16_s0" in paper
     assert "colour_n10_q5_s4" in paper
+
+
+def test_full_is_fast_trained_for_the_protocols_step_count_with_five_seeds_per_arm():
+    """full: fast's task, arms and seeds per arm, at FULL_STEPS (10 % warm-up), as the
+    protocol's presets["full"] text says; 4 arms x 5 seeds, one ensemble per arm."""
+    fast, full = STUDY.preset("fast"), STUDY.preset("full")
+    specs = build_runs(full, 1000)
+    assert PROTOCOL.seeds["full"] == full.replicates == 5 and len(specs) == 4 * 5
+    for arm in ("erm_random", "lq_random", "lq_fixed", "lq_m1"):
+        group = [s for s in specs if s.group == f"recall_{arm}"]
+        assert [s.config.seed for s in group] == [1000, 1001, 1002, 1003, 1004]
+    loop = full.recall.loop
+    assert loop.steps == FULL_STEPS == 3000 and loop.schedule.warmup_steps == 300
+    assert f"at {FULL_STEPS} steps (300 warm-up" in PROTOCOL.presets["full"]
+    # everything but the step count and warm-up is fast's: same task, bound and arms
+    assert full.recall.model_copy(update={"loop": fast.recall.loop}) == fast.recall
+    assert full.models == fast.models and full.q_large == fast.q_large == 32.0
+    r = full.recall
+    assert recall_loss_max(r.n_keys, r.d_head, r.n_value_bits) == pytest.approx(2.599, abs=1e-3)
+    assert all(s >= 10_000 for s in PROTOCOL.calibration_seeds)
 
 
 def test_recall_must_be_learned_by_the_lq_model_too(tmp_path):

@@ -23,6 +23,7 @@ __all__ = [
     "CLAIM",
     "STUDY",
     "RandomizedAlgorithmsPreset",
+    "FULL_STEPS",
     "build_runs",
     "fast_with_colouring",
 ]
@@ -183,6 +184,25 @@ def fast() -> RandomizedAlgorithmsPreset:
     return RandomizedAlgorithmsPreset(recall=recall, replicates=PROTOCOL.seeds["fast"])
 
 
+FULL_STEPS = 3000  # recall steps at full (10 % warm-up): calibration, protocol presets["full"]
+
+
+def full() -> RandomizedAlgorithmsPreset:
+    """About 11 minutes on one CPU core: fast's task and arms (recall N = 8, d_head 4, m = 8,
+    batch 64, q 32; A^E_R, A^q_R, A^q_r0 and A^q_R m = 1 × 5 seeds, one ensemble per arm)
+    trained twice as long, 3000 steps (300 warm-up, cosine to 0.1).
+
+    Sized on calibration seeds 10000-10004 (all four arms; a check of the two m = 1 arms on
+    20000-20004: notes page): every run ends below the 2.599-nat "recall learned" bound (worst
+    1.47, A^E_R), where at fast's 1500 steps 4 and 2 runs of the evaluation seed sets 0 and
+    1000 stayed above it (worst 3.00 and 2.86; A^q_r0 and A^q_R m = 1 runs on plateaus or
+    still falling); by 3000 steps the Lq arms' training loss is flat. 637 s wall, 612 CPU s
+    for the seed-10000 run. Numbers: protocol and notes page.
+    """
+    recall = fast().recall.model_copy(update={"loop": _loop(FULL_STEPS, FULL_STEPS // 10, 0.1)})
+    return RandomizedAlgorithmsPreset(recall=recall, replicates=PROTOCOL.seeds["full"])
+
+
 def fast_with_colouring() -> RandomizedAlgorithmsPreset:
     """Opt-in (outside the fast budget): fast plus C_10 colouring at 20k steps, q in {1, 3, 10}
     (SYSTEMS.md S2: "C_10 at <= 20k steps (trend only) ... opt-in config"), 1 seed.
@@ -242,7 +262,7 @@ STUDY = Study(
     name="randomized-algorithms",
     claim=CLAIM,
     source=SOURCE,
-    presets={"smoke": smoke, "fast": fast, "paper": paper},
+    presets={"smoke": smoke, "fast": fast, "full": full, "paper": paper},
     build_runs=build_runs,
     analyze=analyze,
     protocol=PROTOCOL,
