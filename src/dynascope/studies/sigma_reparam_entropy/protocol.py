@@ -7,7 +7,10 @@ Proposed amendments (not made; each needs a fresh, pre-registered test on new se
 - S12's 1.5k steps as a `full` preset, so that the control-LR baseline and σReparam
   both fit (>= 0.90) before e1/e2 are judged; fast's 150 steps cannot (calibration seeds
   10000-10001: the control-LR baseline at 0.76 / 0.87, σReparam at 0.52 / 0.42), so at fast
-  every e-claim reads inconclusive through its fit precondition.
+  every e-claim reads inconclusive through its fit precondition. Measured 2026-12-07 on
+  calibration seed 10000 (docs page, "`full` on one CPU core"): not reachable on one core
+  in 20 minutes (~2.6 s per step of the 15 runs: 1.5k steps ~64 min; the baseline fits at
+  400 steps, σReparam at 300), and σReparam's entropy falls to 0.33-0.46·log T once it fits.
 """
 
 from __future__ import annotations
