@@ -5,7 +5,10 @@ Proposed amendments (not made; each needs a fresh, pre-registered test on new se
 
 - fast's step budget from calibration seeds with margin: second spikes fall at
   42.9-45.4k steps and one seed in five or six misses them by 50k; a budget of ~60k would
-  need a `full` preset (60k x 3 conditions x 5 seeds exceeds fast's 3 minutes).
+  need a `full` preset (60k x 3 conditions x 5 seeds exceeds fast's 3 minutes). Measured
+  2026-12-07 on calibration seeds 10000-10007 (docs page, "`full` on one CPU core"): K = 8
+  ensembles cost 25.3 ms per step of the three conditions (~1 ms per member-step), so 8 seeds
+  x 3 conditions x 60k steps take ~25 min on one core (50k: ~21 min): not within 20 minutes.
 """
 
 from __future__ import annotations
