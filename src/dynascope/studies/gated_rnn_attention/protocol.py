@@ -22,6 +22,10 @@ gated RNN fit (MSE <= 0.5 × the zero predictor's in every seed) and the ungated
 
 Proposed amendments (not made): none. g4-gd sits at its threshold at fast (seed means 1.049
 and 1.038 against 1.05 under the earlier contract); its threshold is S6's and stays.
+Measured 2026-12-07 for a `full` tier (docs page, "`full`: the paper check"; not adopted, a
+design change after fast's g3 was seen): g3's pruning cost depends on the sequence length
+(calibration seeds 10000-10002, 3k steps: 0.9-1.6e-2 at T = 12, 2.7e-4-2.2e-3 at T = 48),
+and T = 48 costs ~3.4x the teacher-student part, ~1,330 s with fast's ICL part: over 20 min.
 """
 
 from __future__ import annotations
