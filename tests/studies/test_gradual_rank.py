@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -17,6 +18,8 @@ from dynascope.studies.gradual_rank import (
     SGD_LR,
     SGD_MOMENTUM,
     STUDY,
+    TOY_FULL_SEEDS,
+    VIT_FULL_SEEDS,
     ToyRun,
     active_counts,
     analyze,
@@ -274,6 +277,27 @@ def test_an_alpha_that_does_not_fit_the_teacher_fails_the_toy_preconditions(tmp_
     assert by_name["t3"].precondition.met and by_name["t3"].status == "held"
 
 
+def test_the_control_is_read_only_on_the_seeds_where_it_fits(tmp_path):
+    """Six seeds, the α = 1 control stuck on one (its loss stays at its start, as at the
+    spurious stationary point of calibration seeds 10000 and 10005): that seed reads NaN in
+    t1's and t2's control, the other five are judged, and the precondition holds (5 >= 5
+    control seeds fit). With a second stuck seed only 4 fit: the precondition fails."""
+    runs = {**_toys(tmp_path), **_vits(tmp_path)}
+    runs["toy_s5"] = _toy_store(tmp_path / "toy_s5", seed=5, control_fits=False)
+    by_name = {v.claim.split(":")[0]: v for v in analyze(runs, tmp_path / "f").verdicts}
+    for claim in ("t1", "t2"):
+        verdict = by_name[claim]
+        assert verdict.precondition.met and "fits on 5 of 6" in verdict.precondition.text
+        assert math.isnan(verdict.control.per_seed[5]) and verdict.control.n_seeds == 5
+        assert verdict.n_seeds == 6 and verdict.status == "held"
+    assert by_name["t1"].control.measured == 1 and by_name["t2"].control.measured == 3
+    runs["toy_s4"] = _toy_store(tmp_path / "toy_s4b", seed=4, control_fits=False)
+    by_name = {v.claim.split(":")[0]: v for v in analyze(runs, tmp_path / "g").verdicts}
+    for claim in ("t1", "t2"):
+        assert not by_name[claim].precondition.met and by_name[claim].status == "inconclusive"
+        assert "fits on 4 of 6" in by_name[claim].precondition.text
+
+
 def test_midpoint_rise_counts_teacher_entries_between_plateau_midpoints():
     """Entries 0, 1, 2 cross ½ of their final |Δ| at rows 1, 3, 3; entry 3 is not the
     teacher's. Midpoints at rows 0, 2, 4 read 0, 1, 3: the largest rise is 2. With one
@@ -351,6 +375,26 @@ def test_presets_validate_and_fast_matches_s10():
     assert 1.0 in toy.alphas  # the control arm of t1 and t2 (the standard init)
     with pytest.raises(ValueError, match=r"alphas must be non-empty, each in \(0, 1\]"):
         ToyRun(loop=Loop(steps=1), alphas=[1.5])
+
+
+def test_full_preset_is_fast_with_more_seeds_per_arm():
+    """full (sized on calibration seeds >= 10000, protocol.py): fast's toy and ViT sizes, 10
+    toy seeds (>= 5 control seeds fit even at the calibration rate of 2 stuck in 8) and 5
+    seeds in each ViT arm, one ensemble per arm; the protocol's seed count matches."""
+    fast, full = STUDY.preset("fast"), STUDY.preset("full")
+    assert full.toy == fast.toy and full.vit == fast.vit and full.sgd_lr == fast.sgd_lr
+    assert (full.toy_seeds, full.vit_seeds) == (TOY_FULL_SEEDS, VIT_FULL_SEEDS) == (10, 5)
+    specs = build_runs(full, seed=1000)
+    arms = {arm: [s for s in specs if re.fullmatch(rf"{arm}_s\d+", s.name)]
+            for arm in ("toy", "vit", "vit_sgd")}  # fmt: skip
+    assert {arm: len(v) for arm, v in arms.items()} == {"toy": 10, "vit": 5, "vit_sgd": 5}
+    assert len(specs) == 20
+    for arm, n in (("toy", 10), ("vit", 5), ("vit_sgd", 5)):
+        assert [s.config.seed for s in arms[arm]] == list(range(1000, 1000 + n))
+    assert {s.group for s in arms["vit"]} == {"vit"}
+    assert {s.group for s in arms["vit_sgd"]} == {"vit_sgd"}
+    assert {s.config.optimizer.name for s in arms["vit_sgd"]} == {"sgd"}
+    assert STUDY.protocol.seeds["full"] == 5 and "full" in STUDY.protocol.presets
 
 
 def test_smoke_preset_end_to_end(smoke_out):

@@ -15,13 +15,24 @@ from .stages import (
     switch_on_index,
     switched_on,
 )
-from .study import SGD_LR, SGD_MOMENTUM, STUDY, VIT_FAST_STEPS, GradualRankPreset, build_runs
+from .study import (
+    SGD_LR,
+    SGD_MOMENTUM,
+    STUDY,
+    TOY_FULL_SEEDS,
+    VIT_FAST_STEPS,
+    VIT_FULL_SEEDS,
+    GradualRankPreset,
+    build_runs,
+)
 
 __all__ = [
     "SGD_LR",
     "SGD_MOMENTUM",
     "STUDY",
+    "TOY_FULL_SEEDS",
     "VIT_FAST_STEPS",
+    "VIT_FULL_SEEDS",
     "GradualRankPreset",
     "ToyRun",
     "active_counts",

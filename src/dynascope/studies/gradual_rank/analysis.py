@@ -13,7 +13,7 @@ import numpy as np
 
 from dynascope.store import Run
 from dynascope.studies.base import Analysis
-from dynascope.studies.verdict import Precondition, Verdict
+from dynascope.studies.verdict import MIN_SEEDS, Precondition, Verdict
 
 from .figures import toy_figures, vit_figures
 from .protocol import PROTOCOL, TOY_FIT, V1_MIN_ACCURACY
@@ -126,8 +126,10 @@ def _analyze_toy(runs: list[Run], figures: Path) -> tuple[list[Verdict], list[Pa
 
     Controls: t1 and t2 on the standard init α = 1 (θ(0) = θ0: the products start at the
     teacher's scale, so the small-init mechanism is removed), the same count; t3 with raw
-    steps instead of τ. Precondition: every α the claim reads (the control α = 1 included)
-    fits the teacher, per seed (final loss ≤ ``TOY_FIT`` × its initial loss).
+    steps instead of τ. Precondition: every α the claim reads fits the teacher on every seed
+    (final loss ≤ ``TOY_FIT`` × its initial loss); the α = 1 control is read only on the seeds
+    where it fits (elsewhere its value is NaN: it sits at a spurious stationary point), and at
+    least ``MIN_SEEDS`` of them must fit (amendment of 2026-12-07).
     """
     seeds = [_toy_seed(run) for run in runs]
     rows = [row for _, seed_rows, _ in seeds for row in seed_rows]
@@ -145,7 +147,8 @@ def _analyze_toy(runs: list[Run], figures: Path) -> tuple[list[Verdict], list[Pa
         for r in seed_rows:
             fit.setdefault(r["alpha"], []).append(r["final loss / initial loss"])
         t1[seed] = float(len(per_alpha[smallest]["spans"]))
-        t1_control[seed] = float(len(per_alpha[largest]["spans"]))
+        control_fit = by_alpha[largest]["final loss / initial loss"] <= TOY_FIT  # NaN: no
+        t1_control[seed] = float(len(per_alpha[largest]["spans"])) if control_fit else math.nan
         literal[seed] = float(by_alpha[smallest]["drops with |Δτ| ≤ 0.05 (S10 literal)"])
         rise = "t2: max rise between plateau midpoints (teacher entries, ½ final)"
         gated = [r for r in seed_rows if r["alpha"] <= T2_MAX_ALPHA * (1 + 1e-9)]
@@ -158,7 +161,9 @@ def _analyze_toy(runs: list[Run], figures: Path) -> tuple[list[Verdict], list[Pa
             t2[seed] = float(worst) if ends_ok else math.nan  # a wrong end count fails
             t2_10a[seed] = float(max(r[f"max rise (> {T2_ACTIVE_FACTOR:g}α)"] for r in gated))
             t2_drop[seed] = float(max(r["max rise across a drop (½ final)"] for r in gated))
-        t2_control[seed] = float(by_alpha[largest][rise]) if largest == 1.0 else math.nan
+        t2_control[seed] = (
+            float(by_alpha[largest][rise]) if largest == 1.0 and control_fit else math.nan
+        )
         if len(alphas) >= 2:
             a1, a2 = alphas[:2]
             t_1, t_2 = per_alpha[a1]["drop_tau"], per_alpha[a2]["drop_tau"]
@@ -171,14 +176,24 @@ def _analyze_toy(runs: list[Run], figures: Path) -> tuple[list[Verdict], list[Pa
             ]
             t3_control[seed] = max(raw) if raw and len(t_1) == len(t_2) else math.nan
 
-    def fitted(read: list[float], what: str) -> Precondition:
+    def fitted(read: list[float], what: str, control: float | None = None) -> Precondition:
+        """Every α of ``read`` fits on every seed; with ``control``, that α fits on at least
+        ``MIN_SEEDS`` seeds (the control reads only those)."""
         worst = max((v for a in read for v in fit.get(a, [math.nan])), default=math.nan)
-        return Precondition(
+        text = (
             f"{what}; every α read ({', '.join(f'{a:g}' for a in read)}) fits the teacher on "
-            f"every seed: final loss <= {TOY_FIT:g} × initial loss (measured: the worst ratio)",
-            met=bool(worst <= TOY_FIT),  # NaN fails
-            measured=worst,
+            f"every seed: final loss <= {TOY_FIT:g} × initial loss (measured: the worst ratio)"
         )
+        met = bool(worst <= TOY_FIT)  # NaN fails
+        if control is not None:
+            ratios = fit.get(control, [])
+            n_fit = sum(r <= TOY_FIT for r in ratios)
+            text += (
+                f"; the control α = {control:g} fits on >= {MIN_SEEDS} seeds and is read on "
+                f"those only (fits on {n_fit} of {len(ratios)})"
+            )
+            met = met and n_fit >= MIN_SEEDS
+        return Precondition(text, met=met, measured=worst)
 
     gated_alphas = [a for a in alphas if a <= T2_MAX_ALPHA * (1 + 1e-9)]
     has_control = len(alphas) >= 2 and largest == 1.0
@@ -186,8 +201,9 @@ def _analyze_toy(runs: list[Run], figures: Path) -> tuple[list[Verdict], list[Pa
         PROTOCOL.claim("t1").judge(
             t1,
             precondition=fitted(
-                [smallest, largest] if has_control else [],
+                [smallest] if has_control else [],
                 f"the grid has a small α and the control α = 1 ({has_control})",
+                largest if has_control else None,
             ),
             control=t1_control,
             detail=f"at α = {smallest:g}; S10's literal window (≥ 30% within Δτ ≤ "
@@ -195,8 +211,9 @@ def _analyze_toy(runs: list[Run], figures: Path) -> tuple[list[Verdict], list[Pa
         ),
         PROTOCOL.claim("t2").judge(
             t2,
-            precondition=fitted([*gated_alphas, largest] if gated_alphas and has_control else [],
-                                f"the grid has an α <= {T2_MAX_ALPHA:g} and the control α = 1"),
+            precondition=fitted(gated_alphas if gated_alphas and has_control else [],
+                                f"the grid has an α <= {T2_MAX_ALPHA:g} and the control α = 1",
+                                largest if has_control else None),
             control=t2_control,
             detail=f"{n_teacher} teacher entries; not gated: the rise across each drop (the "
             f"reading of 2026-12-02): {_per_seed(t2_drop)}; the > {T2_ACTIVE_FACTOR:g}α "

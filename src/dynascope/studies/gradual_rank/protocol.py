@@ -7,6 +7,11 @@ evaluation seeds):
 
 - t3's control reads the same runs in raw steps instead of τ (a change of time unit, not an
   ablation); a candidate is the α = 1 arm's stage times, which has no drops to compare.
+- v1-rise's and v1-end's SGD control shows the same low, rising rank as Adam at fast (v1-end:
+  0.156 vs 0.200 of d_head). The paper's theory predicts incremental low-rank learning for
+  gradient flow itself, so SGD does not remove the mechanism, only the optimizer the paper's
+  experiments used; a control that removes the small-init cause (the ViT at a large init
+  scale, lazy) needs calibration seeds first. Not adopted on 2026-12-07.
 - t2 reads a mean of integer counts >= 1 against 1, so it holds only when every seed reads 1;
   a rate statistic (the fraction of seeds with rise <= 1, Wilson interval) would state the
   paper's "at most one" per seed, but its threshold would be chosen after seeds 0-2 read
@@ -30,8 +35,13 @@ _ALPHA_ONE = (
     "steps)"
 )
 _TOY_FIT = (
-    "every α the claim reads, the control α = 1 included, fits the teacher on every seed: "
-    f"final loss <= {TOY_FIT:g} × initial loss"
+    "every α the claim reads fits the teacher on every seed: final loss <= "
+    f"{TOY_FIT:g} × initial loss; the control α = 1 is read only on the seeds where it fits "
+    "(the same bar) and fits on >= 5 seeds"
+)
+_T3_FIT = (
+    f"the two α the claim reads fit the teacher on every seed: final loss <= {TOY_FIT:g} × "
+    "initial loss"
 )
 _VIT_FIT = (
     "every ViT, the Adam arm and the SGD control, finished and learnt digits on every seed: "
@@ -87,7 +97,7 @@ PROTOCOL = Protocol(
             threshold=0.2,
             direction="<=",
             threshold_source="theory: S10's proposal",
-            preconditions=(_TOY_FIT,),
+            preconditions=(_T3_FIT,),
             control="the same drop times read in raw steps t instead of τ (see the proposed "
             "amendments: a change of unit, not an ablation)",
         ),
@@ -119,8 +129,8 @@ PROTOCOL = Protocol(
             control=f"{_SGD}: the same srank / d_head",
         ),
     ),
-    seeds={"smoke": 1, "fast": 5, "paper": 5},
-    calibration_seeds=(10_000, 10_001, 10_002),
+    seeds={"smoke": 1, "fast": 5, "full": 5, "paper": 5},
+    calibration_seeds=(10_000, 10_001, 10_002, 10_003, 10_004, 10_005, 10_006, 10_007),
     presets={
         "smoke": "toy n = d = 4, N = 32, α = 1e-2, 500 steps; ViT d_model 16, 20 steps: "
         "plumbing only",
@@ -128,6 +138,15 @@ PROTOCOL = Protocol(
         "float64), 5 seeds; ViT 2 layers, d_model 32, 2 heads, Adam 1e-3, 4,000 steps "
         "(fixed from the measured step time), 5 seeds trained as one ensemble, and its SGD control "
         "(momentum 0.9, step 0.1, 5 seeds, one ensemble)",
+        "full": "fast's toy (8,000 GD steps, α in {1, 1e-1, 1e-2, 1e-3}) on 10 seeds, and "
+        "fast's Adam ViT (4,000 steps) and its SGD control on 5 seeds each. Sized on "
+        "calibration seeds: fast's 600 CPU s went 161 s to the 5 toy seeds and 216 + 212 s to "
+        "the two 5-seed ViT ensembles (10.8 ms per member-step); on seeds 10000-10007 the "
+        "α = 1 control fits on 6 of 8 (final / initial loss <= 3e-8 by 30k steps) and sits "
+        "at a spurious stationary point on 10000 and 10005 (0.37, 0.21, unchanged from 2k to "
+        "30k steps, w_Q⊙w_K's first entry ≈ −3.6 against +2), so more steps do not help and "
+        "10 toy seeds give >= 5 fitting control seeds with ~98 % probability at that rate; "
+        "small α fit by 8,000 steps (<= 2e-5). The ViT keeps 5 seeds per arm for the budget",
         "paper": "toy d = 16, α down to 1e-4, 20,000 steps; ViT 6 layers, d_model 192, 3 "
         "heads (GPU; not run yet)",
     },
@@ -239,6 +258,34 @@ PROTOCOL = Protocol(
             "the protocol's sha256, so it is logged here",
             seen="every fast verdict at seeds 0 and 1000 (docs/studies.md, "
             "docs/studies-seed1000.md), unchanged by this entry",
+        ),
+        Amendment(
+            date="2026-12-07",
+            claims=("t1", "t2", "t3"),
+            change="t1's and t2's precondition and control: the α = 1 control is read only "
+            "on the seeds where it fits the teacher (final loss <= 1e-2 × initial; elsewhere "
+            "its per-seed value is NaN) and must fit on >= 5 seeds, instead of fitting on "
+            "every seed; the claimed α still fit on every seed. t3's precondition text names "
+            "the two α it reads (as the analysis always checked)",
+            reason="on calibration seeds 10000-10007 (plain GD, 30k steps) α = 1 sits at a "
+            "spurious stationary point on 2 of 8 seeds (final / initial loss 0.37 and 0.21, "
+            "the same at 2k, 8k, 16k and 30k steps; w_Q⊙w_K's first entry ≈ −3.6 where the "
+            "teacher has +2): the standard init's own failure mode, not too few steps, so "
+            "'every seed fits' can fail at any budget. A control seed that did not train is "
+            "no evidence and is left out, as the contract asks of every arm",
+            seen="the fast verdicts at seeds 0 and 1000: t1 and t2 inconclusive by this "
+            "precondition (worst ratio 0.343 and 0.312, from α = 1 on 2 of 5 seeds each; every "
+            "α <= 0.1 <= 2e-5); their controls read not held (t1 1, 1.6; t2 3, 2.4)",
+        ),
+        Amendment(
+            date="2026-12-07",
+            claims=("*",),
+            change="a `full` preset: fast's sizes with 10 toy seeds and 5 seeds per ViT arm",
+            reason="t1 and t2 need >= 5 fitting α = 1 control seeds and t3 >= 5 seeds with "
+            "equal drop counts at α = 1e-2 and 1e-3 (4 of 5 at seed 1000's fast run); the ViT "
+            "arms cost 10.8 ms per member-step, so they keep 5 seeds within ~12 minutes",
+            seen="every fast verdict at seeds 0 and 1000 (t3 held / inconclusive 4 of 5 "
+            "finite; v1-rise straddling 0.8; v1-end's SGD control held)",
         ),
     ),
 )
