@@ -309,8 +309,8 @@ def test_full_is_fast_trained_for_the_protocols_step_count_with_five_seeds_per_a
         group = [s for s in specs if s.group == f"recall_{arm}"]
         assert [s.config.seed for s in group] == [1000, 1001, 1002, 1003, 1004]
     loop = full.recall.loop
-    assert loop.steps == FULL_STEPS == 3000 and loop.schedule.warmup_steps == 300
-    assert f"at {FULL_STEPS} steps (300 warm-up" in PROTOCOL.presets["full"]
+    assert loop.steps == FULL_STEPS == 4000 and loop.schedule.warmup_steps == 400
+    assert f"at {FULL_STEPS} steps (400 warm-up" in PROTOCOL.presets["full"]
     # everything but the step count and warm-up is fast's: same task, bound and arms
     assert full.recall.model_copy(update={"loop": fast.recall.loop}) == fast.recall
     assert full.models == fast.models and full.q_large == fast.q_large == 32.0
