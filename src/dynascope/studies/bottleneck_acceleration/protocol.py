@@ -31,7 +31,11 @@ Proposed amendments (not made):
   range is ~1.6, close to b2's 1.5: on calibration seed 10000 (full) the control read 1.63
   [1.43, 1.82], so b2 is expected `inconclusive` at full unless the evaluation seeds separate
   it. A control that fails cleanly needs the n^-1/2 regime (spread 2), the same widths as b3.
-- b3 needs widths where the all-wide net is near its lazy limit: ``paper``.
+- b3 needs widths where the all-wide net is near its lazy limit: ``paper``. Probe on
+  calibration seeds 10000 and 10001 (all-wide nets, 1.2k steps): MSE / the limit's 0.58, 0.26
+  at n = 256; 0.57, 0.44 at 512; 0.92, 0.97 at 1024 (within 2x only there). One seed at
+  n = 1024 costs ~200 s of one core, so five (~1,000 s) do not fit ``full``'s ~12 minutes
+  beside the other arms; the movement slope over n = 256-1024 was -0.37 / -0.42.
 """
 
 from __future__ import annotations

@@ -71,7 +71,13 @@ def full() -> BottleneckPreset:
 
 def paper() -> BottleneckPreset:
     """GPU: n in {256, 1024, 4096, 16384} (all-wide up to 4096, 1.2k steps as in fast), d in
-    {1, 2, 4, 8}, 5 seeds (eNTK blocks of 4)."""
+    {1, 2, 4, 8}, 5 seeds (eNTK blocks of 4).
+
+    The preset that can judge b3: its precondition (the widest all-wide net within 2x of its
+    limit's MSE) needs n >= 1024. Probe on calibration seeds 10000 and 10001 (1.2k steps):
+    MSE / the limit's 0.58, 0.26 at n = 256; 0.57, 0.44 at 512; 0.92, 0.97 at 1024, where one
+    seed costs ~200 s of one CPU core, so five do not fit ``full``.
+    """
     base = BottleneckRun(loop=_loop(1, "cuda"), kernel_chunk=4)
     return BottleneckPreset(base=base, widths=[256, 1024, 4096, 16384],
                             wide_widths=[256, 1024, 4096], bottlenecks=[1, 2, 4, 8],
