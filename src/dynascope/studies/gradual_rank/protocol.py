@@ -12,6 +12,11 @@ evaluation seeds):
   gradient flow itself, so SGD does not remove the mechanism, only the optimizer the paper's
   experiments used; a control that removes the small-init cause (the ViT at a large init
   scale, lazy) needs calibration seeds first. Not adopted on 2026-12-07.
+- t1 reads a mean of integer plateau counts against 3: every seed measured so far reads >= 3
+  (fast, calibration seeds 10000-10009 and full), yet the t-interval straddles 3 whenever
+  some seeds read 4 (calibration: 3.1 [2.87, 3.33]); the per-seed claim is a rate (the
+  fraction of seeds with >= 3 plateaus, Wilson interval), whose rate threshold would be
+  chosen after these values were seen. Not adopted on 2026-12-07.
 - t2 reads a mean of integer counts >= 1 against 1, so it holds only when every seed reads 1;
   a rate statistic (the fraction of seeds with rise <= 1, Wilson interval) would state the
   paper's "at most one" per seed, but its threshold would be chosen after seeds 0-2 read
