@@ -192,3 +192,20 @@ def test_second_order_inner_loop_trains(tmp_path):
         update={"second_order": True, "inner_fresh_x": True, "loop": Loop(steps=2, log_every=1)}
     )
     assert run_members(spec.build, config, tmp_path / "so").status == "finished"
+
+
+def test_full_preset_is_the_protocols_sizes():
+    # protocol.presets["full"]: fast's inner loops and sizes, meta-batch 8, 6,000 outer steps,
+    # 5 seeds × {Blessed, Doomed} as one ensemble (no full run here)
+    full, fast = STUDY.preset("full"), STUDY.preset("fast")
+    assert full.seeds == PROTOCOL.seeds["full"] == 5
+    assert (full.base.loop.steps, full.base.meta_batch) == (6000, 8)
+    assert full.base.loop.schedule == fast.base.loop.schedule
+    same = fast.base.model_dump(exclude={"meta_batch", "loop"})
+    assert full.base.model_dump(exclude={"meta_batch", "loop"}) == same
+    specs = build_runs(full, 1000)
+    assert len(specs) == 10 and {s.group for s in specs} == {"main"}
+    for name in (BLESSED_SET, DOOMED_SET):
+        seeds = sorted(s.config.seed for s in specs if s.config.task_set == name)
+        assert seeds == [1000, 1001, 1002, 1003, 1004]
+    assert "6,000 outer steps" in PROTOCOL.presets["full"]

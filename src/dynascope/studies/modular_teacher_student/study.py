@@ -123,6 +123,15 @@ def fast() -> ModularTeacherStudentPreset:
     return ModularTeacherStudentPreset(base=base, seeds=PROTOCOL.seeds["fast"])
 
 
+def full() -> ModularTeacherStudentPreset:
+    """5 seeds × {Blessed, Doomed} as one K = 10 ensemble, 6,000 outer steps at meta-batch 8,
+    fast's inner loops and input counts otherwise; sized on calibration seeds 10000-10004 for
+    the fit precondition (protocol and notes page)."""
+    fast_base = fast().base
+    base = fast_base.model_copy(update={"meta_batch": 8, "loop": _loop(6000, 100)})
+    return ModularTeacherStudentPreset(base=base, seeds=PROTOCOL.seeds["full"])
+
+
 def paper() -> ModularTeacherStudentPreset:
     """The reference configuration (GPU, ``--device cuda``): every task set × 5 seeds (100-104
     with ``--seed 100``), 60k outer steps, 300 inner Adam steps × 3e-3 on fresh 256 inputs;
@@ -180,7 +189,7 @@ STUDY = Study(
     name="modular-teacher-student",
     claim=CLAIM,
     source=SOURCE,
-    presets={"smoke": smoke, "fast": fast, "paper": paper},
+    presets={"smoke": smoke, "fast": fast, "full": full, "paper": paper},
     build_runs=build_runs,
     analyze=analyze,
     protocol=PROTOCOL,
