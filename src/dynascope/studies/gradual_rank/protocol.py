@@ -155,13 +155,10 @@ PROTOCOL = Protocol(
         "paper": "toy d = 16, α down to 1e-4, 20,000 steps; ViT 6 layers, d_model 192, 3 "
         "heads (GPU; not run yet)",
     },
-    reproduces="expected at `full` (written before its evaluation runs): t1 held (3-4 "
-    "plateaus at α = 1e-3; the α = 1 control 1-2) and t3 held (>= 5 seeds with equal drop "
-    "counts); t2 not held or inconclusive under the registered midpoint reading (seeds read 1 "
-    "or 2 at fast and calibration); v1-rise and v1-end inconclusive: the SGD control also "
-    "rises and stays low-rank (v1-end 0.156 at fast), so Adam is not shown to be the cause. "
-    "At `fast` t1 and t2 fail the old every-seed α = 1 fit precondition (2 of 5 control seeds "
-    "stuck at each seed set)",
+    reproduces="t1 and t3 at `full` (held at seeds 0 and 1000: 3.5 [3.12, 3.88] plateaus; "
+    "drop times equal in τ, 0.081 / 0.074); t2 inconclusive there (1.3 [0.95, 1.65] under the "
+    "midpoint reading); v1-rise and v1-end inconclusive at fast and full: the SGD control also "
+    "rises and stays low-rank, so Adam is not shown to be the cause",
     registered="2026-12-07, after the earlier contract's fast verdicts at seeds 0 and 1000 "
     "were published (t1, t2, t3, v1-rise, v1-end held at both, t2 under the across-drop "
     "reading) and after the midpoint reading had given t2 = 1, 1, 2 at seeds 0-2 and "
@@ -294,6 +291,17 @@ PROTOCOL = Protocol(
             "arms cost 10.8 ms per member-step, so they keep 5 seeds within ~12 minutes",
             seen="every fast verdict at seeds 0 and 1000 (t3 held / inconclusive 4 of 5 "
             "finite; v1-rise straddling 0.8; v1-end's SGD control held)",
+        ),
+        Amendment(
+            date="2026-12-07",
+            claims=("*",),
+            change="reproduces: from what full was expected to read (written before its "
+            "evaluation runs) to what it read; no size, seed, statement, metric, threshold, "
+            "precondition or control changed.",
+            reason="the field states which preset reproduces which claims; `study list` reads "
+            "its opening clause.",
+            seen="the full verdicts at seeds 0 and 1000 (t1, t3 held; t2, v1-rise, v1-end "
+            "inconclusive, as expected)",
         ),
     ),
 )
