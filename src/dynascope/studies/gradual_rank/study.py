@@ -129,9 +129,9 @@ def fast() -> GradualRankPreset:
 # fast's 600 CPU s went 161 s to the 5 toy seeds and 216 + 212 s to the two 5-seed ViT
 # ensembles (10.8 ms per member-step). The α = 1 control sits at a spurious stationary point on
 # 2 of 8 calibration seeds whatever the step count (unchanged from 2k to 30k steps), so the toy
-# takes 10 seeds (>= 5 fitting control seeds); the ViT arms keep 5 seeds, within the budget.
+# takes 10 seeds (>= 5 fitting control seeds); the ViT arms keep the protocol's 5 seeds.
 TOY_FULL_SEEDS = 10
-VIT_FULL_SEEDS = 5
+VIT_FULL_SEEDS = PROTOCOL.seeds["full"]
 
 
 def full() -> GradualRankPreset:

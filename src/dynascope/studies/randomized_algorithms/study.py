@@ -21,9 +21,9 @@ from .runs import ColouringRun, RecallRun, build_colouring, build_recall
 
 __all__ = [
     "CLAIM",
+    "FULL_STEPS",
     "STUDY",
     "RandomizedAlgorithmsPreset",
-    "FULL_STEPS",
     "build_runs",
     "fast_with_colouring",
 ]
