@@ -140,6 +140,21 @@ def fast() -> GatedRNNAttentionPreset:
     return GatedRNNAttentionPreset()
 
 
+# full's two changes from fast, sized on calibration seeds (docs/studies/gated-rnn-attention.md,
+# "`full`"): the teacher's sequence length 12 -> 48 (g3's pruning cost falls with T) and the ICL
+# runs' steps 5k -> 10k (the gated RNN's ICL loss was still falling at 5k).
+FULL_N_CTX = 48
+FULL_ICL_STEPS = 10_000
+
+
+def full() -> GatedRNNAttentionPreset:
+    """fast with the teacher's T = FULL_N_CTX and FULL_ICL_STEPS ICL steps, 5 seeds; meant for
+    ``--executor process --workers 2`` (two cores)."""
+    return GatedRNNAttentionPreset(
+        teacher=TeacherSetup(n_ctx=FULL_N_CTX), icl=ICLSetup(steps=FULL_ICL_STEPS), seeds=5
+    )
+
+
 def paper() -> GatedRNNAttentionPreset:
     """Proposed paper scale (GPU): d_x = N = 10, hidden sweep, LRU/LSTM/GRU, 5 seeds, 50k steps."""
     return GatedRNNAttentionPreset(
@@ -205,7 +220,7 @@ STUDY = Study(
     name="gated-rnn-attention",
     claim=CLAIM,
     source=SOURCE,
-    presets={"smoke": smoke, "fast": fast, "paper": paper},
+    presets={"smoke": smoke, "fast": fast, "full": full, "paper": paper},
     build_runs=build_runs,
     analyze=analyze,
     protocol=PROTOCOL,
