@@ -17,7 +17,7 @@ from dynascope.studies.protocol import EDITORIAL_REWORDING, Amendment, ClaimSpec
 
 __all__ = ["FITS", "PROTOCOL", "SEEDS"]
 
-SEEDS = {"smoke": 3, "fast": 5, "paper": 5}
+SEEDS = {"smoke": 3, "fast": 5, "full": 24, "paper": 5}
 FITS = (
     "fits the training set in every seed: its training loss falls below ln 2 / n_train "
     "(every example's correct-class probability above 1/2, i.e. 100 % training accuracy; the "
@@ -135,6 +135,8 @@ PROTOCOL = Protocol(
         "thread (~215 s expected on 2 idle cores: over the 3-minute goal); 50k = the "
         "calibration seeds' latest second spike (44.2k) + 10 % (decided "
         "after seeds 0 and 1 had been published by the audit: amendment)",
+        "full": "fast's FCN and 3 conditions for 60,000 steps, 24 seeds per condition, and the "
+        "float64 arm (f64 judged); run with --executor process --workers 2 (two cores)",
         "paper": "S13's FCN 64-256-256-10 for 60k steps, ε sweep {1e-6, 1e-5, 1e-4}, the "
         "float64 arm, 5 seeds; S13's grokking run per seed (GPU; not run)",
     },
@@ -196,5 +198,18 @@ PROTOCOL = Protocol(
             "4242-4244 (above).",
         ),
         EDITORIAL_REWORDING,
+        Amendment(
+            date="2026-12-08",
+            claims=("s1", "s2", "s3", "f64"),
+            change="a `full` preset: fast's FCN and conditions for 60,000 steps with 24 seeds "
+            "per condition and the float64 arm (f64 judged at full, as at paper); claims, "
+            "statistics, thresholds, preconditions and controls unchanged.",
+            reason="s1 is a rate: on calibration seeds 20000-20009 (slingshot arm, 70k steps) "
+            "8 of 10 seeds cycled twice, their second cycles ending by 45.1k steps, and the "
+            "other 2 had one cycle to 70k; 60k (S13's budget) leaves 33 % over 45.1k, and at "
+            "a rate of 0.8 the Wilson interval of 24 seeds lies above 0.5 with probability "
+            "0.91 (10 seeds: 0.38).",
+            seen="fast at seeds 0 and 1000 (3 of 5 and 5 of 5 seeds with 2 cycles)",
+        ),
     ),
 )
