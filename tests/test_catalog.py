@@ -48,7 +48,9 @@ def test_check_refuses_an_unknown_name_or_preset():
     catalog.check("slingshot", "smoke")
     with pytest.raises(ValueError, match=r"unknown study 'nope' \(allowed: autoencoder"):
         catalog.check("nope")
-    with pytest.raises(ValueError, match=r"preset must be one of smoke, fast, paper \(got 'x'\)"):
+    with pytest.raises(
+        ValueError, match=r"preset must be one of smoke, fast, full, paper \(got 'x'\)"
+    ):
         catalog.check("slingshot", "x")
     with pytest.raises(ValueError, match=r"unknown study 'nope' \(allowed: autoencoder"):
         studies.get("nope")

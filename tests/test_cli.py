@@ -301,7 +301,7 @@ def test_the_cli_module_and_the_package_do_not_import_torch():
     ("args", "message"),
     [
         (["nope"], "unknown study 'nope' (allowed: autoencoder-greedy-rank"),
-        (["slingshot", "--preset", "quick"], "preset must be one of smoke, fast, paper"),
+        (["slingshot", "--preset", "quick"], "preset must be one of smoke, fast, full, paper"),
     ],
 )
 def test_study_run_refuses_a_bad_name_or_preset_before_importing_torch(tmp_path, args, message):
