@@ -434,3 +434,18 @@ def test_tiny_real_grokking_run_trains_and_is_analyzed(tmp_path):
     assert rows[spec.name]["system"] == "grokking" and rows[spec.name]["status"] == "finished"
     alone = analyze({spec.name: run}, tmp_path / "alone")  # no FCN run: s1–s3 not measurable
     assert [v.claim.split(":")[0] for v in alone.verdicts] == ["s1", "s2", "s3", "g1"]
+
+
+def test_full_splits_each_condition_into_ensembles_of_twelve_with_the_same_runs():
+    full = STUDY.preset("full")
+    split = build_runs(full, seed=7)
+    whole = build_runs(full.model_copy(update={"ensemble_size": None}), seed=7)
+    assert [(s.name, s.config) for s in split] == [(s.name, s.config) for s in whole]
+    groups = {}
+    for spec in split:
+        groups.setdefault(spec.group, []).append(spec.config.seed)
+    assert sorted(groups) == [f"{c}_e{i}" for c in ("adam_eps0.0001", "adam_eps1e-08", "sgd_lr0.1")
+                              for i in (0, 1)]  # fmt: skip
+    assert all(seeds == list(range(7, 19)) or seeds == list(range(19, 31))
+               for seeds in groups.values())  # fmt: skip
+    assert {s.group for s in whole} == {"adam_eps1e-08", "adam_eps0.0001", "sgd_lr0.1"}

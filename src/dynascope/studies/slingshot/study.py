@@ -41,10 +41,11 @@ SOURCE = (
 class SlingshotPreset(BaseModel):
     """A preset: the FCN (``hidden``, ``n_train``), the loop, the conditions and the seeds.
 
-    Each condition's seeds train as one ensemble (one ``group``): Adam at ``adam_eps`` (the
-    slingshot condition), Adam at each ``control_eps``, SGD at ``sgd_lr``; with ``float64`` the
-    slingshot condition again in float64 (is a cycle a float32 artefact?). ``grokking``: S13's
-    grokking run, one per seed (``paper``).
+    Each condition's seeds train as one ensemble (one ``group``; ``ensemble_size`` splits it
+    into several, so that ``--executor process`` can spread a condition over cores): Adam at
+    ``adam_eps`` (the slingshot condition), Adam at each ``control_eps``, SGD at ``sgd_lr``;
+    with ``float64`` the slingshot condition again in float64 (is a cycle a float32
+    artefact?). ``grokking``: S13's grokking run, one per seed (``paper``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -57,6 +58,12 @@ class SlingshotPreset(BaseModel):
     sgd_lr: float = Field(0.1, gt=0)
     seeds: int = Field(SEEDS["fast"], ge=1, description="seeds per condition (seed, seed + 1, ...)")
     float64: bool = Field(False, description="also the slingshot condition in float64")
+    ensemble_size: int | None = Field(
+        None,
+        ge=1,
+        description="most seeds per ensemble (a condition's seeds split in order); "
+        "None: one ensemble per condition",
+    )
     grokking: RunConfig | None = Field(
         None, description="S13's grokking run (modular arithmetic), one per seed; None: none"
     )
@@ -97,13 +104,14 @@ def fast() -> SlingshotPreset:
 # (docs/studies/slingshot.md, "`full`"): their second cycles ended by 45.1k steps, and 2 of
 # 10 never had one by 70k, so the budget is S13's 60k (33 % over 45.1k) and s1's rate needs
 # seeds: at a rate of 0.8, 24 seeds hold its Wilson interval above 0.5 with probability 0.91.
+# Ensembles of 12: six equal tasks for two workers (K = 24 costs ~9.3 ms CPU a step).
 FULL_STEPS = 60_000
 
 
 def full() -> SlingshotPreset:
-    """fast's FCN and conditions for FULL_STEPS, 24 seeds per condition, and the float64 arm;
+    """fast's FCN and conditions for FULL_STEPS, 24 seeds per condition in ensembles of 12;
     meant for ``--executor process --workers 2`` (two cores)."""
-    return SlingshotPreset(loop=_loop(FULL_STEPS, 500), seeds=SEEDS["full"], float64=True)
+    return SlingshotPreset(loop=_loop(FULL_STEPS, 500), seeds=SEEDS["full"], ensemble_size=12)
 
 
 GROK_STEPS = 100_000  # S13: max_steps 1e5
@@ -177,8 +185,9 @@ def _condition_name(optimizer: str, value: float, k: int, dtype: str = "float32"
 
 
 def build_runs(preset: SlingshotPreset, seed: int = 0) -> list[RunSpec]:
-    """Per condition, one ensemble of ``preset.seeds`` members (run seeds ``seed + k``); every
-    condition's member k has the same init. With ``preset.grokking``, per seed the grokking
+    """Per condition, one ensemble of ``preset.seeds`` members (run seeds ``seed + k``; with
+    ``ensemble_size``, ensembles of that many, groups ``{condition}_e{i}``); every condition's
+    member k has the same init. With ``preset.grokking``, per seed the grokking
     run at ``adam_eps`` (``grok_adam_s{k}``) and its ablation at the largest control ε
     (``grok_adam_eps{ε:g}_s{k}``, g1's control: cycles removed, same init and data)."""
     conditions = [("adam", eps, "float32") for eps in (preset.adam_eps, *preset.control_eps)]
@@ -188,8 +197,10 @@ def build_runs(preset: SlingshotPreset, seed: int = 0) -> list[RunSpec]:
     specs = []
     for optimizer, value, dtype in conditions:
         loop = preset.loop.model_copy(update={"dtype": dtype})
-        group = _condition_name(optimizer, value, 0, dtype).removesuffix("_s0")
+        condition = _condition_name(optimizer, value, 0, dtype).removesuffix("_s0")
         for k in range(preset.seeds):
+            size = preset.ensemble_size
+            group = condition if size is None else f"{condition}_e{k // size}"
             config = FcnRun(
                 seed=seed + k,
                 loop=loop,
