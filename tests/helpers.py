@@ -3,6 +3,9 @@ puts ``tests/`` on ``sys.path``; a child process started from a test inserts it 
 
 - :class:`Killed`: an exception that stands in for SIGKILL inside the test process.
 - :func:`counting_store_writes`: counts (or SIGKILLs at) the calls of ``RunStore.log``.
+- :class:`Forked`, :func:`run_forked`, :func:`cli_main`: a function (the CLI) run in a child
+  process forked from the test process (a real process to kill, without a fresh
+  interpreter's ~4 s of CPU of imports).
 - :class:`SmokeRuns`: each study's smoke preset run once per test session, shared between the
   xdist workers under a file lock (the ``smoke_run`` fixture of ``tests/conftest.py``).
 - :func:`stored_rows`: every scalar and tensor row of a run, to compare two runs bit for bit.
@@ -18,13 +21,18 @@ import json
 import os
 import pickle
 import re
+import select
 import shutil
 import signal
 import sqlite3
+import subprocess
+import sys
+import tempfile
 import traceback
-from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager, suppress
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 import torch
@@ -65,6 +73,112 @@ def counting_store_writes(kill_at: int | None = None) -> Iterator[dict[str, int]
         yield calls
     finally:
         store_module.RunStore.log = log
+
+
+class Forked:
+    """``target(*args)`` running in a child process forked from this one; :meth:`wait` for it.
+
+    The child is a real process: it can SIGKILL itself, and its open files and locks die with
+    it. It starts with this process's imports (a fresh interpreter spends ~4 s of CPU importing
+    torch and dynascope), torch thread count and warning filters. Its file descriptors 1 and 2
+    (and ``sys.stdout``, ``sys.stderr``) go to files that :meth:`wait` reads. It never returns
+    into pytest: it leaves by ``os._exit`` (no atexit handlers) with 0 if ``target`` returned,
+    the code of a ``SystemExit`` (as a CLI's ``main`` leaves), or 1 with the traceback on its
+    stderr if ``target`` raised.
+
+    Args:
+        target: the function the child calls.
+        args: its arguments.
+        cwd: the child's working directory (``None``: this process's).
+    """
+
+    def __init__(self, target: Callable[..., object], *args: object, cwd: Path | None = None):
+        self.name = getattr(target, "__name__", repr(target))
+        self._out, self._err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+        self.pid = os.fork()
+        if self.pid == 0:
+            self._child(target, args, cwd)
+        self._pidfd = os.pidfd_open(self.pid)
+        self._ended: subprocess.CompletedProcess | None = None
+
+    def _child(self, target: Callable[..., object], args: tuple, cwd: Path | None) -> NoReturn:
+        code = 1
+        try:
+            os.dup2(self._out.fileno(), 1)
+            os.dup2(self._err.fileno(), 2)
+            sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+            sys.stderr = open(2, "w", encoding="utf-8", buffering=1, closefd=False)  # noqa: SIM115
+            if cwd is not None:
+                os.chdir(cwd)
+            target(*args)
+            code = 0
+        except SystemExit as exit_:
+            if exit_.code is None or isinstance(exit_.code, int):
+                code = exit_.code or 0
+            else:
+                print(exit_.code, file=sys.stderr)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            with suppress(BaseException):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(code)
+
+    def poll(self) -> bool:
+        """Whether the child has ended (it stays unreaped until :meth:`wait`)."""
+        return self._ended is not None or bool(select.select([self._pidfd], [], [], 0)[0])
+
+    def send_signal(self, sig: int) -> None:
+        """Send ``sig`` to the child, unless :meth:`wait` reaped it (until then its pid is not
+        reused)."""
+        if self._ended is None:
+            signal.pidfd_send_signal(self._pidfd, sig)
+
+    def wait(self, timeout_s: float = 900) -> subprocess.CompletedProcess:
+        """Wait for the child to end; its exit code (``-N``: killed by signal N), stdout, stderr
+        (the same object on every call).
+
+        Raises:
+            TimeoutError: if it runs longer than ``timeout_s`` (it is SIGKILLed first).
+        """
+        if self._ended is not None:
+            return self._ended
+        try:
+            ended, _, _ = select.select([self._pidfd], [], [], timeout_s)
+            if not ended:
+                self.send_signal(signal.SIGKILL)
+            status = os.waitpid(self.pid, 0)[1]
+        finally:
+            os.close(self._pidfd)
+        out, err = (self._read(f) for f in (self._out, self._err))
+        code = os.waitstatus_to_exitcode(status)
+        self._ended = subprocess.CompletedProcess(self.name, code, out, err)
+        if not ended:
+            raise TimeoutError(f"the forked {self.name} ran longer than {timeout_s} s: {err}")
+        return self._ended
+
+    @staticmethod
+    def _read(file) -> str:
+        with file:
+            file.seek(0)
+            return file.read().decode("utf-8", errors="replace")
+
+
+def run_forked(
+    target: Callable[..., object], *args: object, cwd: Path | None = None, timeout_s: float = 900
+) -> subprocess.CompletedProcess:
+    """:class:`Forked` ``target(*args)`` and wait for it (like ``subprocess.run``)."""
+    return Forked(target, *args, cwd=cwd).wait(timeout_s)
+
+
+def cli_main(*args: str | Path) -> None:
+    """``dynascope ARGS`` as the installed script runs it (``sys.argv``, exits by
+    ``SystemExit``): the target of a :class:`Forked` CLI process."""
+    from dynascope.cli import main
+
+    sys.argv = ["dynascope", *map(str, args)]
+    main()
 
 
 def stored_rows(run_dir: Path) -> dict[str, list[tuple]]:

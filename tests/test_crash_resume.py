@@ -1,14 +1,15 @@
 """Crash safety: SIGKILL anywhere (5 steps drawn at random, and inside a store commit), SIGINT
 and SIGTERM; each resumed run must equal the uninterrupted run exactly.
 
-The killed runs execute in a child process (tests/_crash_child.py, the real CLI); the
-uninterrupted run and the resumes run here. Both use one intra-op thread, under which CPU
+The killed runs execute in a child process forked from the test's (``_crashing_cli_run``, the
+real CLI); the uninterrupted run and the resumes run here. Both use one intra-op thread, under which CPU
 training is bitwise reproducible (dynascope/train.py), so tables are compared for equality.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import subprocess
@@ -17,12 +18,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import run_forked
 
+from dynascope import store as store_module
 from dynascope.config import validate_config
 from dynascope.store import load_run, lock_is_free
+from dynascope.tasks import AssociativeRecall
 from dynascope.train import Trainer
 
-CHILD = Path(__file__).with_name("_crash_child.py")
 STEPS = 60
 CONFIG = {
     "name": "crash",
@@ -74,14 +77,80 @@ def uninterrupted(tmp_path_factory) -> pd.DataFrame:
     return _table(run_dir)
 
 
+class _SmallBatchStore(store_module.RunStore):
+    """Commits every 50 rows (not 2000): rows after the last checkpoint are on disk when the
+    kill comes, and resume must drop them."""
+
+    def __init__(self, path, **kwargs):
+        super().__init__(path, **{**kwargs, "flush_every": 50})
+
+
+class _KillBeforeCommit:
+    """A connection proxy whose ``with`` block is SIGKILLed before it commits."""
+
+    def __init__(self, db, from_step: int, owner) -> None:
+        self._db, self._from_step, self._owner = db, from_step, owner
+
+    def __getattr__(self, name):
+        return getattr(self._db, name)
+
+    def __enter__(self):
+        self._armed = any(r[0] >= self._from_step for r in self._owner._scalars)
+        return self._db.__enter__()
+
+    def __exit__(self, *exc):
+        if self._armed and exc[0] is None:
+            assert self._db.in_transaction  # the INSERTs ran; nothing is committed yet
+            os.kill(os.getpid(), signal.SIGKILL)
+        return self._db.__exit__(*exc)
+
+
+def _crashing_cli_run(config_path: Path, run_dir: Path, mode: str, step: int) -> None:
+    """The child: ``dynascope run CONFIG --out RUN_DIR`` (the real CLI, its store committing
+    every 50 rows), killed or signalled on purpose. ``mode``:
+
+    - ``sigkill-step``: SIGKILL itself when the batch of train step ``step`` is drawn (steps
+      < ``step`` are done, their rows partly committed);
+    - ``sigkill-commit``: SIGKILL itself inside the first store transaction that holds a row
+      of step >= ``step``, after the INSERTs and before the COMMIT;
+    - ``sigterm-step`` / ``sigint-step``: send itself SIGTERM / SIGINT at step ``step`` and
+      exit with the CLI's code (the run should checkpoint and stop).
+    """
+    import dynascope.train.engine as train_module
+    from dynascope.cli import main as cli_main
+
+    store_module.RunStore = train_module.RunStore = _SmallBatchStore  # this child's only
+    if mode == "sigkill-commit":
+        init = _SmallBatchStore.__init__
+
+        def init_with_proxy(self, path, **kwargs):
+            init(self, path, **kwargs)
+            self._db = _KillBeforeCommit(self._db, step, self)
+
+        _SmallBatchStore.__init__ = init_with_proxy
+    else:
+        sig = {
+            "sigkill-step": signal.SIGKILL,
+            "sigterm-step": signal.SIGTERM,
+            "sigint-step": signal.SIGINT,
+        }[mode]
+        batch = AssociativeRecall.batch
+        calls = {"train": 0}
+
+        def batch_with_signal(self, split, *args, **kwargs):
+            if split == "train":
+                calls["train"] += 1
+                if calls["train"] == step:
+                    os.kill(os.getpid(), sig)
+            return batch(self, split, *args, **kwargs)
+
+        AssociativeRecall.batch = batch_with_signal
+    sys.argv = ["dynascope", "run", str(config_path), "--out", str(run_dir), "--no-progress"]
+    cli_main()
+
+
 def _child(config_file: Path, run_dir: Path, mode: str, step: int) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(CHILD), str(config_file), str(run_dir), mode, str(step)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return run_forked(_crashing_cli_run, config_file, run_dir, mode, step, timeout_s=300)
 
 
 def _assert_committed_rows_are_correct(run_dir: Path, uninterrupted: pd.DataFrame) -> None:

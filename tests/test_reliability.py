@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from helpers import Forked, cli_main, run_forked
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -43,20 +44,11 @@ TINY = {
     "task": {"name": "associative_recall", "n_keys": 6, "n_values": 5, "n_pairs": 3},
     "train": {"steps": 6, "batch_size": 4, "eval_every": 3, "checkpoint_every": 3},
 }
-CLI = [sys.executable, "-m", "dynascope.cli"]
 
 
 def _cli(*args, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
-        [*CLI, *map(str, args)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        env=env,
-    )
+    """``dynascope ARGS`` in a child process (forked: one intra-op thread, as every test)."""
+    return run_forked(cli_main, *args, cwd=cwd, timeout_s=timeout)
 
 
 # -- names and directories ---------------------------------------------------------------------
@@ -142,18 +134,12 @@ def test_second_process_resuming_a_running_run_is_refused_then_sigterm_stops_the
     long = {**TINY, "train": {**TINY["train"], "steps": 1_000_000, "checkpoint_every": 10**6}}
     config.write_text(yaml.safe_dump(long))
     run_dir = tmp_path / "run"
-    first = subprocess.Popen(
-        [*CLI, "run", str(config), "--out", str(run_dir), "--no-progress"],
-        cwd=tmp_path,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+    first = Forked(cli_main, "run", config, "--out", run_dir, "--no-progress", cwd=tmp_path)
     try:
         deadline = time.monotonic() + 60
         while not (run_dir / "checkpoints").exists() and not _status_is_running(run_dir):
             assert time.monotonic() < deadline, "the first run never started"
-            assert first.poll() is None, first.stderr.read()
+            assert not first.poll(), first.wait().stderr
             time.sleep(0.1)
         second = _cli("resume", run_dir, "--no-progress", cwd=tmp_path)
         assert second.returncode == 2, second.stderr
@@ -163,12 +149,13 @@ def test_second_process_resuming_a_running_run_is_refused_then_sigterm_stops_the
             second.stderr,
         ), second.stderr
         first.send_signal(signal.SIGTERM)
-        _, stderr = first.communicate(timeout=60)
-        assert first.returncode == 143, stderr
+        ended = first.wait(timeout_s=60)
+        assert ended.returncode == 143, ended.stderr
     finally:
-        if first.poll() is None:
-            first.kill()
-        first.communicate()
+        if not first.poll():
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+    stderr = ended.stderr
     assert re.match(r"run interrupted by SIGTERM at step \d+; checkpoint written", stderr)
     run = load_run(run_dir)
     assert run.status == "interrupted"
@@ -188,19 +175,10 @@ def test_eight_concurrent_runs_in_one_parent_all_complete_intact(tmp_path):
     """Eight processes, same config name, no --out: eight distinct directories under runs/."""
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(TINY))
-    procs = [
-        subprocess.Popen(
-            [*CLI, "run", str(config), "--no-progress"],
-            cwd=tmp_path,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
-        )
-        for _ in range(8)
-    ]
-    outputs = [p.communicate(timeout=300) for p in procs]
-    assert [p.returncode for p in procs] == [0] * 8, [o[1] for o in outputs]
+    procs = [Forked(cli_main, "run", config, "--no-progress", cwd=tmp_path) for _ in range(8)]
+    ended = [p.wait(timeout_s=300) for p in procs]
+    assert [e.returncode for e in ended] == [0] * 8, [e.stderr for e in ended]
+    outputs = [(e.stdout, e.stderr) for e in ended]
     dirs = sorted((tmp_path / "runs").iterdir())
     assert [d.name for d in dirs] == sorted(["tiny", *(f"tiny-{n}" for n in range(2, 9))])
     reference = None

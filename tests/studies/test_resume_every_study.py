@@ -3,36 +3,33 @@ run again into the same directory, resumes (never restarts) and ends with the sa
 verdicts as an uninterrupted run, bit for bit (one intra-op thread, CPU).
 
 The uninterrupted run is the session's shared smoke run (``smoke_run``), which also counted
-its store writes; the killed run is a child process that SIGKILLs itself at half that count.
+its store writes; the killed run is a child process (forked from the test's, so it does not
+import torch again) that SIGKILLs itself at half that count.
 Every stored row is compared: each scalar's float bits and each tensor's bytes, in every run.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from helpers import stored_rows
+from helpers import counting_store_writes, run_forked, stored_rows
 
 from dynascope import studies
 from dynascope.store import VERDICT_FILE
 
-CHILD = Path(__file__).with_name("_kill_child.py")
+
+def _run_until_killed(name: str, out, kill_at: int) -> None:
+    """The child: ``name``'s smoke run into ``out``, SIGKILLed at its ``kill_at``-th write."""
+    with counting_store_writes(kill_at=kill_at):
+        studies.get(name).run(preset="smoke", out=out)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", studies.names())
 def test_killed_smoke_study_resumes_to_identical_metrics(smoke_run, tmp_path, name):
     full, cut = smoke_run(name), tmp_path / "cut"
-    killed = subprocess.run(
-        [sys.executable, str(CHILD), name, str(cut), str(smoke_run.writes(name) // 2)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    killed = run_forked(_run_until_killed, name, cut, smoke_run.writes(name) // 2)
     assert killed.returncode == -9, killed.stderr[-2000:]
 
     actions: dict[str, str] = {}
