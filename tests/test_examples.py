@@ -1,28 +1,39 @@
 """Every script in examples/ runs as a user would run it, with tiny arguments, and prints (or
-writes) what its docstring promises."""
+writes) what its docstring promises.
+
+Each script runs as ``__main__`` in its own process, with its folder first on ``sys.path``
+and warnings ignored (as ``PYTHONWARNINGS=ignore python examples/NAME.py ARGS``); the process
+is forked from the test's, so it does not import torch and transformers again.
+"""
 
 from __future__ import annotations
 
 import csv
 import math
-import os
 import re
-import subprocess
+import runpy
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
+from helpers import run_forked
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _as_script(path: Path, *args: str) -> None:
+    """The forked child: ``python PATH ARGS`` with warnings ignored."""
+    warnings.resetwarnings()
+    warnings.simplefilter("ignore")
+    sys.argv = [str(path), *args]
+    sys.path.insert(0, str(path.parent))
+    runpy.run_path(str(path), run_name="__main__")
+
+
 def _run(name: str, out: Path, *args: str) -> str:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / name), "--out", str(out), *args],
-        capture_output=True, text=True, env=env, cwd=out.parent, timeout=600,
-    )  # fmt: skip
+    script = ROOT / "examples" / name
+    result = run_forked(_as_script, script, "--out", str(out), *args, cwd=out.parent, timeout_s=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
 
