@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import traceback
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager, suppress
 from pathlib import Path
@@ -80,8 +81,9 @@ class Forked:
 
     The child is a real process: it can SIGKILL itself, and its open files and locks die with
     it. It starts with this process's imports (a fresh interpreter spends ~4 s of CPU importing
-    torch and dynascope), torch thread count and warning filters. Its file descriptors 1 and 2
-    (and ``sys.stdout``, ``sys.stderr``) go to files that :meth:`wait` reads. It never returns
+    torch and dynascope) and torch thread count, and with a fresh interpreter's warning filters
+    (not pytest's "error"), printed to its stderr. Its file descriptors 1 and 2 (and
+    ``sys.stdout``, ``sys.stderr``) go to files that :meth:`wait` reads. It never returns
     into pytest: it leaves by ``os._exit`` (no atexit handlers) with 0 if ``target`` returned,
     the code of a ``SystemExit`` (as a CLI's ``main`` leaves), or 1 with the traceback on its
     stderr if ``target`` raised.
@@ -108,6 +110,7 @@ class Forked:
             os.dup2(self._err.fileno(), 2)
             sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
             sys.stderr = open(2, "w", encoding="utf-8", buffering=1, closefd=False)  # noqa: SIM115
+            _fresh_warning_filters()
             if cwd is not None:
                 os.chdir(cwd)
             target(*args)
@@ -163,6 +166,21 @@ class Forked:
         with file:
             file.seek(0)
             return file.read().decode("utf-8", errors="replace")
+
+
+def _fresh_warning_filters() -> None:
+    """A fresh interpreter's warning filters (Python's documented defaults, no ``-W``), shown
+    on ``sys.stderr``, in place of pytest's (``filterwarnings = error``, recorded)."""
+    warnings.resetwarnings()
+    warnings.filterwarnings("default", category=DeprecationWarning, module="__main__")
+    for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+        warnings.filterwarnings("ignore", category=category, append=True)
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        text = warnings.formatwarning(message, category, filename, lineno, line)
+        (file or sys.stderr).write(text)
+
+    warnings.showwarning = show
 
 
 def run_forked(

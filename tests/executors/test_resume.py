@@ -1,5 +1,8 @@
 """Rerunning a study resumes it: finished runs kept, interrupted ones resumed, missing ones
-started; a directory holding other configs is refused; a run in use is refused."""
+started; a directory holding other configs is refused; a run in use is refused.
+
+The killed study and its rerun run in child processes forked from the test's (one intra-op
+thread, as every test)."""
 
 from __future__ import annotations
 
@@ -7,18 +10,70 @@ import json
 import shutil
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from contextlib import closing
 from pathlib import Path
 
 import pytest
+from helpers import Forked, run_forked
 
+from dynascope.config import validate_config
 from dynascope.store import RunLock, RunLockedError, load_run
+from dynascope.studies.base import Analysis, RunSpec, Study, Verdict
+from dynascope.train import build_registry
 
-HERE = Path(__file__).parent
-CHILD = HERE / "_resume_child.py"
+
+def _config(name: str, steps: int):
+    return validate_config(
+        {
+            "name": name,
+            "model": {"n_layers": 1, "d_model": 12, "n_heads": 3, "d_mlp": 0},
+            "task": {"name": "associative_recall", "n_keys": 6, "n_values": 5, "n_pairs": 3},
+            "train": {
+                "steps": steps,
+                "batch_size": 4,
+                "log_every": 5,
+                "eval_every": 100,
+                "eval_batches": 1,
+                "checkpoint_every": 10,
+            },
+        }
+    )
+
+
+def _analyze(runs, figures_dir):
+    n = sum(r.status == "finished" for r in runs.values())
+    return Analysis([Verdict("all runs finished", "count", float(n), 3.0, n == 3)])
+
+
+KILL_AND_RERUN = Study(
+    name="kill-and-rerun",
+    claim="three runs finish",
+    source="tests",
+    presets={"smoke": lambda: _config("x", 1)},
+    build_runs=lambda preset, seed: [
+        RunSpec("a", _config("a", 10), build_registry),
+        RunSpec("b", _config("b", 200), build_registry),
+        RunSpec("c", _config("c", 10), build_registry),
+    ],
+    analyze=_analyze,
+)
+
+
+def _run_and_print(out: Path) -> None:
+    """The child of the kill-and-rerun test: run a three-run study into ``out`` and print JSON.
+
+    Runs ``a`` (short), ``b`` (long, checkpoints every 10 steps) and ``c`` (short) in order with
+    the in-process executor, on the registry build, so a rerun after a SIGKILL resumes ``b``
+    from its last checkpoint. Prints ``{"runs": [...], "invoked": [...], "passed": ...}`` when
+    the study completes.
+    """
+    outcome = KILL_AND_RERUN.run(preset="smoke", out=out)
+    calls = {"started": "start", "resumed": "resume"}
+    invoked = [
+        f"{r['name']}:{calls[r['this_call']]}" for r in outcome.runs if r["this_call"] in calls
+    ]
+    print(json.dumps({"runs": outcome.runs, "invoked": invoked, "passed": outcome.passed}))
 
 
 def _statuses(out: Path) -> dict[str, list[str]]:
@@ -37,22 +92,19 @@ def _resumable(checkpoints: Path) -> list[Path]:
 @pytest.mark.slow
 def test_a_killed_study_reruns_without_redoing_finished_runs(tmp_path):
     out = tmp_path / "study"
-    child = subprocess.Popen([sys.executable, str(CHILD), str(out)], stdout=subprocess.DEVNULL)
+    child = Forked(_run_and_print, out)
     b_checkpoints = out / "runs" / "b" / "checkpoints"
     deadline = time.monotonic() + 120
-    while not _resumable(b_checkpoints) and child.poll() is None:
+    while not _resumable(b_checkpoints) and not child.poll():
         assert time.monotonic() < deadline, "run b never wrote a checkpoint"
         time.sleep(0.01)
     child.send_signal(signal.SIGKILL)  # mid-way through b: a finished, c not started
-    child.wait()
-    assert child.returncode == -signal.SIGKILL
+    assert child.wait().returncode == -signal.SIGKILL
     before = _statuses(out)
     assert before["a"] == ["running", "finished"] and before["b"] == ["running"]
     assert "c" not in before
 
-    rerun = subprocess.run(
-        [sys.executable, str(CHILD), str(out)], capture_output=True, text=True, timeout=300
-    )
+    rerun = run_forked(_run_and_print, out, timeout_s=300)
     assert rerun.returncode == 0, rerun.stderr
     result = json.loads(rerun.stdout)
     assert result["invoked"] == ["b:resume", "c:start"]  # a is not run again
