@@ -8,13 +8,13 @@ import io
 import json
 import math
 import re
-import subprocess
-import sys
+import signal
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from helpers import Forked, cli_main, run_forked
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -205,32 +205,24 @@ def test_study_progress_bar_draws_the_study_and_its_running_runs(tmp_path, monke
 
 @pytest.mark.slow
 def test_show_follow_of_a_running_smoke_study(tmp_path: Path):
-    """A real study (the cheapest smoke preset) in one process, ``show --follow`` in another:
-    it ends when the study ends, exit 0, every run done (about 15 s on 2 idle cores)."""
-    study, log = tmp_path / "study", tmp_path / "study.log"
-    command = [sys.executable, "-m", "dynascope"]
-    with open(log, "w") as errors:
-        running = subprocess.Popen(
-            [*command, "study", "run", "modular-teacher-student", "--preset", "smoke"]
-            + ["--out", str(study)],
-            stdout=subprocess.DEVNULL,
-            stderr=errors,
-        )
+    """A real study (the cheapest smoke preset) in one process, ``show --follow`` in another
+    (both forked from the test's, the real CLI): it ends when the study ends, exit 0, every run
+    done."""
+    study = tmp_path / "study"
+    running = Forked(cli_main, "study", "run", "modular-teacher-student", "--preset", "smoke",
+                     "--out", study)  # fmt: skip
     try:
         deadline = time.monotonic() + 60
         while not (study / "study.json").is_file():
-            assert running.poll() is None, log.read_text()
+            assert not running.poll(), running.wait().stderr
             assert time.monotonic() < deadline, "the study wrote no study.json in 60 s"
             time.sleep(0.05)
-        shown = subprocess.run(
-            [*command, "show", str(study), "--follow", "--interval", "0.5", "--timeout", "120"],
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-        assert running.wait(timeout=60) == 0, log.read_text()
+        shown = run_forked(cli_main, "show", study, "--follow", "--interval", "0.5",
+                           "--timeout", "120", timeout_s=180)  # fmt: skip
+        ran = running.wait(timeout_s=60)
+        assert ran.returncode == 0, ran.stderr
     finally:
-        running.kill()
+        running.send_signal(signal.SIGKILL)
         running.wait()
     assert shown.returncode == 0, shown.stderr
     assert (study / "verdict.json").is_file()
