@@ -96,6 +96,10 @@ class Forked:
 
     def __init__(self, target: Callable[..., object], *args: object, cwd: Path | None = None):
         self.name = getattr(target, "__name__", repr(target))
+        # torch imports torch._dynamo at the first optimizer a process builds (~1-2 s of CPU):
+        # import it once here, before the fork, not once in every child
+        import torch._dynamo  # noqa: F401
+
         self._out, self._err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
         self.pid = os.fork()
         if self.pid == 0:
