@@ -92,18 +92,9 @@ class Forked:
         target: the function the child calls.
         args: its arguments.
         cwd: the child's working directory (``None``: this process's).
-        new_session: the child leads a new session and process group (``os.setsid``), as
-            ``subprocess.Popen(start_new_session=True)``: ``os.killpg(pid, ...)`` reaches it and
-            every process it starts, as Ctrl-C at a terminal does.
     """
 
-    def __init__(
-        self,
-        target: Callable[..., object],
-        *args: object,
-        cwd: Path | None = None,
-        new_session: bool = False,
-    ):
+    def __init__(self, target: Callable[..., object], *args: object, cwd: Path | None = None):
         self.name = getattr(target, "__name__", repr(target))
         # torch imports torch._dynamo at the first optimizer a process builds (~1-2 s of CPU):
         # import it once here, before the fork, not once in every child
@@ -112,17 +103,13 @@ class Forked:
         self._out, self._err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
         self.pid = os.fork()
         if self.pid == 0:
-            self._child(target, args, cwd, new_session)
+            self._child(target, args, cwd)
         self._pidfd = os.pidfd_open(self.pid)
         self._ended: subprocess.CompletedProcess | None = None
 
-    def _child(
-        self, target: Callable[..., object], args: tuple, cwd: Path | None, new_session: bool
-    ) -> NoReturn:
+    def _child(self, target: Callable[..., object], args: tuple, cwd: Path | None) -> NoReturn:
         code = 1
         try:
-            if new_session:
-                os.setsid()
             os.dup2(self._out.fileno(), 1)
             os.dup2(self._err.fileno(), 2)
             sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115

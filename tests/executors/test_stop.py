@@ -10,54 +10,53 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import Forked, cli_main
 from typer.testing import CliRunner
 
 from dynascope import studies
 from dynascope.cli import app
 from dynascope.store import load_run
 
+HERE = Path(__file__).parent
+CHILD = HERE / "_stop_child.py"
 STEPS, SLEEP_S = 30, 0.05  # the stopped run would take 1.5 s
 
 
-def _options(out: Path, *options: str) -> list[str]:
-    return ["--preset", "smoke", "--out", str(out), "--no-progress", *options]
+def _cli(out: Path, *options: str) -> list[str]:
+    return [sys.executable, str(CHILD), str(STEPS), str(SLEEP_S), "--preset", "smoke",
+            "--out", str(out), "--no-progress", *options]  # fmt: skip
 
 
-def _stub_study_run(stub_study, *args: str) -> None:
-    """The child: ``dynascope study run stub ARGS`` (the real CLI) with one registered study,
-    ``stub``, whose runs are ``r0_ok`` and ``r1_slow`` (custom runners without signal handling
-    or resume, tests/executors/_stub_study.py; each logs STEPS+1 rows, one every SLEEP_S
-    seconds, so a signal can reach it mid-way)."""
-    study = stub_study.make_study(("ok", "slow"), steps=STEPS, sleep_s=SLEEP_S)
-    studies._registry = lambda: {"stub": study}  # in the child only
-    cli_main("study", "run", "stub", *args)
-
-
-def _stop_mid_run(stub_study, out: Path, signum: int, *options: str, group: bool = False):
-    """Start the study in a child process (forked), send ``signum`` once run r1_slow has logged
-    3 rows; return its exit code, stdout and stderr."""
-    child = Forked(_stub_study_run, stub_study, *_options(out, *options), new_session=group)
+def _stop_mid_run(out: Path, signum: int, *options: str, group: bool = False):
+    """Start the study, send ``signum`` once run r1_slow has logged 3 rows; return the result."""
+    child = subprocess.Popen(
+        _cli(out, *options),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=group,
+    )
     try:
         deadline = time.monotonic() + 60
-        while not child.poll() and _rows(out / "runs" / "r1_slow") < 3:
+        while child.poll() is None and _rows(out / "runs" / "r1_slow") < 3:
             assert time.monotonic() < deadline, "run r1_slow never logged 3 rows"
             time.sleep(0.01)
         if group:
             os.killpg(child.pid, signum)  # Ctrl-C at a terminal reaches the whole group
         else:
             child.send_signal(signum)
-        ended = child.wait(timeout_s=60)
+        stdout, stderr = child.communicate(timeout=60)
     finally:
-        if not child.poll():
-            child.send_signal(signal.SIGKILL)
-            child.wait()
-    return ended.returncode, ended.stdout, ended.stderr
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    return child.returncode, stdout, stderr
 
 
 def _rows(run_dir: Path) -> int:
@@ -88,16 +87,16 @@ def test_sigterm_stops_a_custom_runner_cleanly_and_a_rerun_resumes_it(
     stub_study, monkeypatch, tmp_path
 ):
     out = tmp_path / "study"
-    code, _, stderr = _stop_mid_run(stub_study, out, signal.SIGTERM)  # what a scheduler sends
+    code, _, stderr = _stop_mid_run(out, signal.SIGTERM)  # what a scheduler sends
     assert code == 143, stderr
     _assert_interrupted(out, "SIGTERM", stderr)
     assert not (out / "verdict.json").exists()
     kept = len(load_run(out / "runs" / "r1_slow").scalars.query("key == 'x'"))
 
-    # the same command again (in this process, with the child's registry)
+    # the same command again (in this process, with the child's registry: faster)
     study = stub_study.make_study(("ok", "slow"), steps=STEPS, sleep_s=SLEEP_S)
     monkeypatch.setattr(studies, "_registry", lambda: {"stub": study})
-    rerun = CliRunner().invoke(app, ["study", "run", "stub", *_options(out)])
+    rerun = CliRunner().invoke(app, ["study", "run", "stub", *_cli(out)[4:]])
     assert rerun.exit_code == 0, rerun.output
     assert re.search(r"run r0_ok: finished \(kept\)", rerun.stdout), rerun.stdout
     assert re.search(r"run r1_slow: finished in [\d.]+ s \(resumed\)", rerun.stdout)
@@ -112,9 +111,9 @@ def test_sigterm_stops_a_custom_runner_cleanly_and_a_rerun_resumes_it(
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_custom_runners_under_the_process_executor(stub_study, tmp_path):
+def test_ctrl_c_stops_custom_runners_under_the_process_executor(tmp_path):
     options = ("--executor", "process", "--workers", "2")
-    code, _, stderr = _stop_mid_run(stub_study, tmp_path, signal.SIGINT, *options, group=True)
+    code, _, stderr = _stop_mid_run(tmp_path, signal.SIGINT, *options, group=True)
     assert code == 130, stderr
     run = load_run(tmp_path / "runs" / "r1_slow")
     assert run.status == "interrupted" and "Traceback" not in stderr, stderr  # a clean stop
