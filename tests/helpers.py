@@ -88,6 +88,10 @@ class Forked:
     the code of a ``SystemExit`` (as a CLI's ``main`` leaves), or 1 with the traceback on its
     stderr if ``target`` raised.
 
+    Not for a child that starts processes with :mod:`multiprocessing` (the process executor):
+    it would inherit this process's forkserver, which is not its child; start a fresh
+    interpreter for it (tests/executors/test_stop.py).
+
     Args:
         target: the function the child calls.
         args: its arguments.
