@@ -73,10 +73,37 @@ def _store(tmp_path, plant: dict[str, list[int]], val=None, steps=4000, seeds=5,
 
 
 THREE = {f"adam_eps1e-08_s{k}": [500, 1500, 2500] for k in range(5)}
+PLANTED = {**THREE, "adam_eps0.0001_s0": [1000]}
 
 
-def test_planted_cycles_are_counted_and_the_verdicts_follow(tmp_path):
-    runs = _store(tmp_path, {**THREE, "adam_eps0.0001_s0": [1000]})
+@pytest.fixture(scope="module")
+def planted_fcn(tmp_path_factory):
+    """``_store(PLANTED)``, built once for the module (read only: analyses write elsewhere)."""
+    return _store(tmp_path_factory.mktemp("planted_fcn"), PLANTED)
+
+
+def _stub_figures(monkeypatch) -> None:
+    """``analyze`` without drawing (matplotlib is most of its time)."""
+    import dynascope.studies.slingshot.analysis as slingshot_analysis
+
+    monkeypatch.setattr(
+        slingshot_analysis, "run_figures", lambda measured, figures: [figures / "norm_loss.png"]
+    )
+    monkeypatch.setattr(
+        slingshot_analysis, "grokking_figure", lambda grokking, figures: figures / "grokking.png"
+    )
+
+
+@pytest.fixture
+def no_figures(monkeypatch):
+    """For tests that check only verdicts and tables; test_planted_cycles_are_counted_and_the_
+    verdicts_follow and test_grokking_run_near_an_onset_passes_g1_and_leaves_s1_to_s3_alone
+    draw the figures and check them."""
+    _stub_figures(monkeypatch)
+
+
+def test_planted_cycles_are_counted_and_the_verdicts_follow(tmp_path, planted_fcn):
+    runs = planted_fcn
     cycles, series = run_cycles(runs["adam_eps1e-08_s0"])
     assert len(cycles) == 3
     assert [c.spike_step for c in cycles] == [800, 1800, 2800]
@@ -116,7 +143,9 @@ def test_planted_cycles_are_counted_and_the_verdicts_follow(tmp_path):
     assert len(analysis.tables["detected cycles"]) == 16
 
 
-def test_s1_is_the_rate_of_seeds_with_two_cycles_and_four_of_five_is_inconclusive(tmp_path):
+def test_s1_is_the_rate_of_seeds_with_two_cycles_and_four_of_five_is_inconclusive(
+    tmp_path, no_figures
+):
     plant = {
         "adam_eps1e-08_s0": [500, 1500, 2500],
         "adam_eps1e-08_s1": [1500],
@@ -135,7 +164,7 @@ def test_s1_is_the_rate_of_seeds_with_two_cycles_and_four_of_five_is_inconclusiv
     assert verdicts["s3"].measured == pytest.approx(1.8)  # 3 - 1, 1 - 0, 2 - 0, 2 - 0, 2 - 0
 
 
-def test_an_arm_that_never_fits_makes_its_claims_inconclusive(tmp_path):
+def test_an_arm_that_never_fits_makes_its_claims_inconclusive(tmp_path, no_figures):
     """SGD that never fits its training set never arms the detector: its 0 cycles say nothing."""
     floor = {f"sgd_lr0.1_s{k}": 0.1 for k in (1, 3)}  # above ln 2 / 50: never fits
     runs = _store(tmp_path, THREE, floor=floor)
@@ -146,7 +175,7 @@ def test_an_arm_that_never_fits_makes_its_claims_inconclusive(tmp_path):
     assert verdicts["s1"].status == "held"  # s1 does not read SGD
 
 
-def test_flat_series_have_no_cycle_and_sgd_cycles_fail_s2(tmp_path):
+def test_flat_series_have_no_cycle_and_sgd_cycles_fail_s2(tmp_path, no_figures):
     runs = _store(tmp_path, {f"sgd_lr0.1_s{k}": [1000] for k in range(5)})
     verdicts = {v.claim.split(":")[0]: v for v in analyze(runs, tmp_path).verdicts}
     assert verdicts["s1"].measured == 0.0 and verdicts["s1"].status == "inconclusive"
@@ -181,7 +210,7 @@ def _slingshot_val(grok: int) -> dict[str, np.ndarray]:
     return {f"adam_eps1e-08_s{k}": val for k in range(5)}
 
 
-def test_grokking_near_an_onset_adds_g1(tmp_path):
+def test_grokking_near_an_onset_adds_g1(tmp_path, no_figures):
     runs = _store(tmp_path, THREE, val=_slingshot_val(1600))  # onset of cycle 2 ~1500
     verdicts = {v.claim.split(":")[0]: v for v in analyze(runs, tmp_path).verdicts}
     g1 = verdicts["g1"]
@@ -191,7 +220,7 @@ def test_grokking_near_an_onset_adds_g1(tmp_path):
     assert g1.control.status == "not held"
 
 
-def test_g1_is_inconclusive_when_the_larger_eps_run_groks_at_the_same_step(tmp_path):
+def test_g1_is_inconclusive_when_the_larger_eps_run_groks_at_the_same_step(tmp_path, no_figures):
     """Grokking at the same step without cycles: its timing is not tied to the cycles."""
     val = np.where(np.arange(4001) >= 1600, 0.97, 0.8)
     runs = _store(tmp_path, THREE, val=val)  # every arm groks at 1600
@@ -199,7 +228,7 @@ def test_g1_is_inconclusive_when_the_larger_eps_run_groks_at_the_same_step(tmp_p
     assert g1.control.status == "held" and g1.status == "inconclusive"
 
 
-def test_grokking_without_a_cycle_fails_g1(tmp_path):
+def test_grokking_without_a_cycle_fails_g1(tmp_path, no_figures):
     runs = _store(tmp_path, {}, val=_slingshot_val(1600))
     g1 = {v.claim.split(":")[0]: v for v in analyze(runs, tmp_path).verdicts}["g1"]
     assert math.isnan(g1.measured) and not g1.passed
@@ -314,11 +343,23 @@ def _grok_val(steps: int, grok: int | None) -> np.ndarray:
     return np.where(t >= grok, 0.99, 0.3) if grok is not None else np.full(steps + 1, 0.3)
 
 
-def _with_grokking(tmp_path, onsets, grok, *, fcn_val=None):
-    """The smoke FCN runs (5 seeds; Adam ε = 1e-8 with 3 cycles, ε = 1e-4 with 1 in seed 0) and 5
-    grokking runs with
-    cycles planted at ``onsets`` and validation accuracy reaching 0.99 at step ``grok``."""
-    fcn = _store(tmp_path, {**THREE, "adam_eps0.0001_s0": [1000]}, fcn_val)
+@pytest.fixture(scope="module")
+def grok_ablation(tmp_path_factory):
+    """The grokking ablation runs (ε = 1e-4), 5 seeds: no cycle, never grok (censored at their
+    last step); built once for the module (read only)."""
+    root = tmp_path_factory.mktemp("grok_ablation")
+    runs = {}
+    for k in range(5):
+        spec = _grok_spec(k, "grok_adam_eps0.0001")
+        _, loss, norm = _planted(4000, [])
+        runs[spec.name] = _write_run(root, spec, loss, norm, _grok_val(4000, None))
+    return runs
+
+
+def _with_grokking(tmp_path, fcn, ablation, onsets, grok):
+    """The FCN runs ``fcn`` (the smoke runs of ``PLANTED``: 5 seeds; Adam ε = 1e-8 with 3
+    cycles, ε = 1e-4 with 1 in seed 0), the ablation runs and 5 grokking runs with cycles
+    planted at ``onsets`` and validation accuracy reaching 0.99 at step ``grok``."""
     grok_runs = {}
     for k in range(5):
         spec = _grok_spec(k)
@@ -326,13 +367,7 @@ def _with_grokking(tmp_path, onsets, grok, *, fcn_val=None):
         grok_runs[spec.name] = _write_run(
             tmp_path / "runs", spec, loss, norm, _grok_val(4000, grok)
         )
-        # the ablation (ε = 1e-4): no cycle, never groks (censored at its last step)
-        spec = _grok_spec(k, "grok_adam_eps0.0001")
-        _, loss, norm = _planted(4000, [])
-        grok_runs[spec.name] = _write_run(
-            tmp_path / "runs", spec, loss, norm, _grok_val(4000, None)
-        )
-    return fcn, {**fcn, **grok_runs}
+    return fcn, {**fcn, **ablation, **grok_runs}
 
 
 def _verdicts(runs, figures):
@@ -344,14 +379,18 @@ def _fcn_verdicts(verdicts):
     return [(verdicts[k].measured, verdicts[k].passed) for k in ("s1", "s2", "s3")]
 
 
-def test_grokking_run_near_an_onset_passes_g1_and_leaves_s1_to_s3_alone(tmp_path):
-    fcn, runs = _with_grokking(tmp_path, [500, 1500, 2500], grok=1600)
+def test_grokking_run_near_an_onset_passes_g1_and_leaves_s1_to_s3_alone(
+    tmp_path, planted_fcn, grok_ablation, monkeypatch
+):
+    fcn, runs = _with_grokking(tmp_path, planted_fcn, grok_ablation, [500, 1500, 2500], grok=1600)
     cycles, _ = run_cycles(runs["grok_adam_s0"])  # minibatch arming: loss < ln 2 / 512
     assert len(cycles) == 3 and 1500 <= cycles[1].start_step < 1600
     mean_length = float(np.mean([c.length for c in cycles]))
     expected = (1600 - cycles[1].start_step) / mean_length
     assert 0 < expected < 1
-    _, without = _verdicts(fcn, tmp_path / "without")
+    with monkeypatch.context() as patch:  # the figures are drawn and checked below
+        _stub_figures(patch)
+        _, without = _verdicts(fcn, tmp_path / "without")
     analysis, verdicts = _verdicts(runs, tmp_path / "with")
     assert list(verdicts) == ["s1", "s2", "s3", "g1"]
     assert (
@@ -380,10 +419,13 @@ def test_grokking_run_near_an_onset_passes_g1_and_leaves_s1_to_s3_alone(tmp_path
     assert all(p.is_file() for p in analysis.figures)
 
 
-def test_grokking_far_from_any_onset_fails_g1_even_if_the_fcn_groks_near_one(tmp_path):
+def test_grokking_far_from_any_onset_fails_g1_even_if_the_fcn_groks_near_one(
+    tmp_path, grok_ablation, no_figures
+):
     """With a grokking run present, g1 is measured on it, not on the FCN runs."""
     fcn_val = _slingshot_val(1600)  # the slingshot FCN arm groks near its onset 1500
-    fcn, runs = _with_grokking(tmp_path, [500], grok=3500, fcn_val=fcn_val)
+    fcn = _store(tmp_path, PLANTED, fcn_val)
+    fcn, runs = _with_grokking(tmp_path, fcn, grok_ablation, [500], grok=3500)
     (cycle,), _ = run_cycles(runs["grok_adam_s0"])  # the same in every grokking run
     expected = (3500 - cycle.start_step) / cycle.length
     assert expected > 1
@@ -394,8 +436,10 @@ def test_grokking_far_from_any_onset_fails_g1_even_if_the_fcn_groks_near_one(tmp
     assert verdicts["g1"].measured == pytest.approx(expected) and not verdicts["g1"].passed
 
 
-def test_grokking_run_that_never_groks_reports_g1_unmeasurable(tmp_path):
-    fcn, runs = _with_grokking(tmp_path, [500, 1500], grok=None)
+def test_grokking_run_that_never_groks_reports_g1_unmeasurable(
+    tmp_path, planted_fcn, grok_ablation, no_figures
+):
+    fcn, runs = _with_grokking(tmp_path, planted_fcn, grok_ablation, [500, 1500], grok=None)
     _, without = _verdicts(fcn, tmp_path / "without")
     _, verdicts = _verdicts(runs, tmp_path / "with")
     assert "g1" not in without
@@ -404,7 +448,7 @@ def test_grokking_run_that_never_groks_reports_g1_unmeasurable(tmp_path):
     assert not verdicts["g1"].precondition.met
 
 
-def test_tiny_real_grokking_run_trains_and_is_analyzed(tmp_path):
+def test_tiny_real_grokking_run_trains_and_is_analyzed(tmp_path, no_figures):
     spec = _grok_spec()
     overrides = [
         "train.steps=20",
