@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from unittest import mock
 
 import pytest
 from helpers import Killed, stored_rows
@@ -16,6 +17,7 @@ from dynascope.studies.sigma_reparam_entropy import (
     build_runs,
     build_units,
 )
+from dynascope.studies.sigma_reparam_entropy import analysis as sre_analysis
 from dynascope.train import run_members
 
 CLAIMS = ["e1-collapse", "e1-instability", "e2-entropy", "e2-accuracy", "u1", "u2"]
@@ -75,8 +77,14 @@ HIGH = [0.99, 0.9, 0.85, 0.8, 0.8, 0.8, 0.8, 0.8, 0.8, 0.8, 0.8]
 COLLAPSING = [0.99, 0.6, 0.3, 0.1, 0.05, 0.04, 0.03, 0.03, 0.03, 0.03, 0.05]
 
 
-def _verdicts(tmp_path):
-    analysis = analyze(_runs(tmp_path), tmp_path / "figures")
+def _verdicts(tmp_path, *, draw=False):
+    """Verdicts and analysis; ``draw=False`` stubs the figures (matplotlib is most of
+    ``analyze``'s time): the two tests that pass ``draw=True`` draw them, one checks them."""
+    if draw:
+        analysis = analyze(_runs(tmp_path), tmp_path / "figures")
+    else:
+        with mock.patch.object(sre_analysis, "sweep_figures", lambda *args: []):
+            analysis = analyze(_runs(tmp_path), tmp_path / "figures")
     return {v.claim.split(":")[0]: v for v in analysis.verdicts}, analysis
 
 
@@ -91,7 +99,7 @@ def test_collapse_at_the_high_lr_and_sigma_reparam_holding_pass(tmp_path):
     _seeds(tmp_path, "sigma", 1e-3, HIGH, STABLE, 0.94)
     _seeds(tmp_path, "baseline", 3e-2, COLLAPSING, OSCILLATING, 0.3)
     _seeds(tmp_path, "sigma", 3e-2, HIGH, STABLE, 0.93)
-    verdicts, analysis = _verdicts(tmp_path)
+    verdicts, analysis = _verdicts(tmp_path, draw=True)
     assert list(verdicts) == CLAIMS
     e1 = verdicts["e1-collapse"]
     assert e1.status == "held" and e1.measured == pytest.approx(0.05)
@@ -130,7 +138,7 @@ def test_lr_star_is_the_smallest_collapsing_lr_and_a_diverged_run_is_data(tmp_pa
     _seeds(tmp_path, "sigma", 1e-2, HIGH, STABLE, 0.91)
     _seeds(tmp_path, "baseline", 3e-2, COLLAPSING, OSCILLATING, 0.1)
     _seeds(tmp_path, "sigma", 3e-2, HIGH[:4], STABLE[:4], 0.5, "diverged")
-    verdicts, analysis = _verdicts(tmp_path)
+    verdicts, analysis = _verdicts(tmp_path, draw=True)
     assert verdicts["e1-collapse"].status == "held"
     assert "LR* = 0.01" in verdicts["e1-collapse"].detail
     assert verdicts["e1-instability"].status == "held"
