@@ -137,8 +137,8 @@ PROTOCOL = Protocol(
         "paper": "S13's FCN 64-256-256-10 for 60k steps, ε sweep {1e-6, 1e-5, 1e-4}, the "
         "float64 arm, 5 seeds; S13's grokking run per seed (GPU; not run)",
     },
-    reproduces="fast, when each seed set's second spikes come before 50k steps (10 of 12 "
-    "seeds did under the earlier contract); a budget with margin is proposed for `full`",
+    reproduces="full (s1-s3 held at seeds 0 and 1000: 22 and 24 of 24 seeds cycle twice); "
+    "fast reads s1 as inconclusive on 5 seeds",
     registered="2026-12-07: fixed after the earlier contract's fast verdicts had been seen at "
     "seeds 0-2 and 1000-1002 (s1-s3 held, 2 cycles in every seed), 10000-10002 (s1 not held: "
     "2, 1, 2) and 4242-4244 (s1 not held: 2, 2, 1); this version states s1 as a rate, adds fit "
@@ -208,6 +208,16 @@ PROTOCOL = Protocol(
             "a rate of 0.8 the Wilson interval of 24 seeds lies above 0.5 with probability "
             "0.91 (10 seeds: 0.38).",
             seen="fast at seeds 0 and 1000 (3 of 5 and 5 of 5 seeds with 2 cycles)",
+        ),
+        Amendment(
+            date="2026-12-08",
+            claims=("*",),
+            change="reproduces: from 'fast, when each seed set's second spikes come before "
+            "50k steps' to what full read; no size, seed, statement, metric, threshold, "
+            "precondition or control changed.",
+            reason="the field states which preset reproduces the finding; `study list` reads "
+            "its opening clause.",
+            seen="the full verdicts at seeds 0 and 1000 (s1, s2, s3 held at both)",
         ),
     ),
 )
