@@ -86,13 +86,15 @@ def test_docs_table_states_which_preset_reproduces_each_study_and_its_measured_c
     from dynascope.catalog import read_catalog
     from dynascope.report.suite import reproduction_lines
 
-    costs = {"slingshot": {"fast": {"wall_s": 100.0, "cpu_s": 150.0, "measured": "test"}}}
+    costs = {
+        "mup-coordinate-check": {"fast": {"wall_s": 100.0, "cpu_s": 150.0, "measured": "test"}}
+    }
     (tmp_path / "costs.json").write_text(json.dumps(costs))
     monkeypatch.setattr(presets, "COSTS_FILE", tmp_path / "costs.json")
     lines = reproduction_lines("fast")
     rows = {line.split(" | ")[0].lstrip("| "): line for line in lines[4:]}
     assert list(rows) == [entry.name for entry in read_catalog()]  # every registered study
-    # slingshot's protocol names fast: its fast cost, no second cost
-    assert rows["slingshot"].endswith("| 100 s wall, 150 CPU s (test) |  |")
+    # mup-coordinate-check's protocol names fast: its fast cost, no second cost
+    assert rows["mup-coordinate-check"].endswith("| 100 s wall, 150 CPU s (test) |  |")
     # a study reproduced at paper: fast's cost and paper's (not measured)
     assert rows["hyla-fuzzy-logic"] == "| hyla-fuzzy-logic | paper | not measured | not measured |"
