@@ -109,8 +109,8 @@ FULL_STEPS = 60_000
 
 
 def full() -> SlingshotPreset:
-    """fast's FCN and conditions for FULL_STEPS, 24 seeds per condition in ensembles of 12;
-    meant for ``--executor process --workers 2`` (two cores)."""
+    """fast's FCN and conditions for 60,000 steps, 24 seeds per condition in ensembles of 12;
+    meant for `--executor process --workers 2` (two cores)."""
     return SlingshotPreset(loop=_loop(FULL_STEPS, 500), seeds=SEEDS["full"], ensemble_size=12)
 
 
