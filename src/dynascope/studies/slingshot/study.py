@@ -194,12 +194,11 @@ def build_runs(preset: SlingshotPreset, seed: int = 0) -> list[RunSpec]:
     conditions.append(("sgd", preset.sgd_lr, "float32"))
     if preset.float64:
         conditions.append(("adam", preset.adam_eps, "float64"))
-    specs = []
+    specs, size = [], preset.ensemble_size
     for optimizer, value, dtype in conditions:
         loop = preset.loop.model_copy(update={"dtype": dtype})
         condition = _condition_name(optimizer, value, 0, dtype).removesuffix("_s0")
         for k in range(preset.seeds):
-            size = preset.ensemble_size
             group = condition if size is None else f"{condition}_e{k // size}"
             config = FcnRun(
                 seed=seed + k,
